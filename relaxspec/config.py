@@ -251,9 +251,30 @@ def validate(cfg: DictConfig) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith(("full_key", "object_type", "Set the environment"))]
-    return " ".join(lines[:3]) if lines else type(exc).__name__
+    """Collapse a multi-line Hydra/OmegaConf error (and its cause) into one readable line."""
+    parts: list[str] = []
+    options: list[str] = []
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        in_options = False
+        for ln in (ln.strip() for ln in str(exc).splitlines()):
+            if not ln or ln.startswith(("full_key", "object_type", "Set the environment", "provider=")):
+                continue
+            if ln.startswith("Config search path"):
+                break
+            if ln.startswith("Available options"):
+                in_options = True
+                parts.append(ln.rstrip(":") + ":")
+            elif in_options and " " not in ln:
+                options.append(ln)
+            elif ln not in parts:
+                parts.append(ln)
+        exc = exc.__cause__ or exc.__context__
+    text = " ".join(parts)
+    if options:
+        text += " " + ", ".join(options)
+    return text or "invalid configuration"
 
 
 def _is_sweep(overrides: list[str]) -> bool:
