@@ -27,6 +27,8 @@ from torch import Tensor
 
 from relaxspec.decoding.lm import CacheState, CausalLM
 from relaxspec.decoding.sampling import SamplingParams, draw, probs
+from relaxspec.propose.lookup import PromptLookup
+from relaxspec.propose.policies import ConstantPolicy, LengthPolicy, StepInfo
 
 
 @dataclass
@@ -204,9 +206,70 @@ def generate_ar(
 Rule = Callable[..., Any]
 
 
+def _entropy(q: Tensor) -> Tensor:
+    """H(q) in nats per row of ``q[B, V]``."""
+    return -(q * torch.log(q.clamp_min(1e-30))).sum(-1)
+
+
+def _slice_state(state: dict[str, Tensor] | None, idx: Tensor) -> dict[str, Tensor] | None:
+    if state is None:
+        return None
+    return {k: v[idx.to(v.device)] for k, v in state.items()}
+
+
+def _verify_ragged(rule: Rule, q: Tensor, p: Tensor, x: Tensor, w: Tensor | None, lengths: Tensor, *,
+                   q_bonus: bool, generator, greedy: bool, state, rule_kwargs: dict[str, Any]):
+    """Run ``rule`` once per group of rows with the same proposed length L, on exactly the tensors a
+    constant-length round with k = L would pass (q[:, :L] or q[:, :L+1], p[:, :L+1], x[:, :L], w[:, :L+1]),
+    and scatter the results back, padded to the batch's K = max L (positions >= L: not accepted, prob 0).
+    With one group (always so for the constant policy) this is a single plain rule call."""
+    from relaxspec.verify import VerifyOutput
+
+    b, kk = x.shape
+    uniq = sorted(set(lengths.tolist()))
+
+    def args(L: int, idx: Tensor | None):
+        sel = (lambda t: t) if idx is None else (lambda t: t[idx])
+        qg = sel(q)[:, : L + 1 if q_bonus else L]
+        wg = None
+        if w is not None:
+            wg = sel(w)[:, : L + 1]
+            if not q_bonus:  # no q at the bonus position: the bonus comes from p (w = 1 there)
+                wg = torch.cat([wg[:, :L], torch.ones_like(wg[:, :1])], dim=1)
+        return qg, sel(p)[:, : L + 1], sel(x)[:, :L], wg
+
+    if len(uniq) == 1 and uniq[0] == kk:
+        qg, pg, xg, wg = args(kk, None)
+        return rule(qg, pg, xg, generator=generator, w=wg, greedy=greedy, state=state, **rule_kwargs)
+    dev = p.device
+    n = torch.zeros(b, dtype=torch.long, device=dev)
+    nxt = torch.zeros(b, dtype=torch.long, device=dev)
+    mask = torch.zeros(b, kk, dtype=torch.bool, device=dev)
+    aprob = torch.zeros(b, kk, dtype=p.dtype, device=dev)
+    eacc = torch.zeros(b, kk, dtype=p.dtype, device=dev)
+    new_state: dict[str, Tensor] | None = None
+    for L in uniq:
+        idx = (lengths == L).nonzero().squeeze(1).to(dev)
+        qg, pg, xg, wg = args(L, idx)
+        out = rule(qg, pg, xg, generator=generator, w=wg, greedy=greedy, state=_slice_state(state, idx),
+                   **rule_kwargs)
+        n[idx] = out.n_accepted.to(torch.long)
+        nxt[idx] = out.next_token.to(torch.long)
+        mask[idx, :L] = out.accept_mask
+        aprob[idx, :L] = out.accept_prob.to(p.dtype)
+        eacc[idx, :L] = out.expected_accept.to(p.dtype)
+        if out.state is not None:
+            if new_state is None:
+                new_state = {k: torch.zeros((b, *v.shape[1:]), dtype=v.dtype, device=v.device)
+                             for k, v in out.state.items()}
+            for k, v in out.state.items():
+                new_state[k][idx.to(v.device)] = v
+    return VerifyOutput(n, nxt, mask, aprob, eacc, new_state)
+
+
 @torch.no_grad()
 def generate_speculative(
-    draft: CausalLM,
+    draft: CausalLM | None,
     target: CausalLM,
     prompts: Sequence[Sequence[int]],
     *,
@@ -215,102 +278,178 @@ def generate_speculative(
     stopper: StopChecker,
     rule: Rule,
     rule_kwargs: dict[str, Any] | None = None,
-    k: int,
+    k: int | None = None,
+    policy: LengthPolicy | None = None,
+    lookup: PromptLookup | None = None,
     head: torch.nn.Module | None = None,
     exact_bonus: bool = False,
     generator: torch.Generator | None = None,
     timing: BatchTiming | None = None,
     on_round: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[RowOutput]:
-    """Speculative decoding with any verification rule from relaxspec.verify.
+    """Speculative decoding with any verification rule from relaxspec.verify and any draft-length policy.
 
     Args:
-        draft, target: wrapped models sharing a vocabulary.
+        draft, target: wrapped models sharing a vocabulary (``draft`` may be None with ``lookup``).
         prompts: token ids per row (already chat-rendered).
         params: sampling knobs, identical for both models.
         max_new_tokens: per-row budget.
         stopper: EOS ids and stop strings.
         rule: a verification rule ``rule(q, p, x, *, generator, w, greedy, state, **rule_kwargs)``.
         rule_kwargs: the rule's hyperparameters.
-        k: draft length per round.
+        k: constant draft length per round (shorthand for ``policy=ConstantPolicy(k)``).
+        policy: a draft-length policy (relaxspec.propose.policies); exactly one of ``k`` / ``policy``.
+        lookup: propose with prompt lookup (n-gram, one-hot q, no draft model) instead of the draft model.
         head: DIVERSED weight head (``head(h_q, h_p) -> w_target``); None for fixed-weight rules.
         exact_bonus: draft one extra step so q (and the head's input) exist at the bonus position.
         generator: randomness for drafting and verification.
         timing: accumulates the draft / verify / other wall-clock split.
         on_round: optional callback receiving per-round tensors (for tests and traces).
+
+    Ragged lengths: each row's policy picks its own length L_r <= max_len. The draft model runs (batched)
+    until every row has stopped (K = max_r L_r steps). Positions a row did not propose (j > L_r) are not
+    verified: the rule runs once per group of equal L on tensors cut to that L (``_verify_ragged``), so
+    each row sees exactly a constant-length round with k = L_r. Those positions are not counted as drafted,
+    and since n_accepted <= L_r their target and draft cache slots are invalidated like rejected drafts.
     """
-    if k < 1:
-        raise ValueError(f"draft length k must be >= 1, got {k}")
+    if (k is None) == (policy is None):
+        raise ValueError("pass exactly one of k (constant length) or policy")
+    if policy is None:
+        if k < 1:
+            raise ValueError(f"draft length k must be >= 1, got {k}")
+        policy = ConstantPolicy(k)
+    if lookup is None and draft is None:
+        raise ValueError("the draft model is needed unless proposing with prompt lookup")
+    if lookup is not None and head is not None:
+        raise ValueError("the weight head needs draft hidden states; it cannot run with prompt lookup")
+    use_model = lookup is None
+    q_bonus = exact_bonus and use_model  # lookup has no q at the bonus position: the bonus comes from p
     rule_kwargs = dict(rule_kwargs or {})
     timing = timing if timing is not None else BatchTiming()
     b = len(prompts)
-    rows = _Rows(b, max_new_tokens, k)
+    max_len = policy.max_len
+    rows = _Rows(b, max_new_tokens, max_len)
     t0 = time.perf_counter()
-    tstate, dstate = target.new_state(b), draft.new_state(b)
-    last = _prefill([target, draft], [tstate, dstate], prompts)
+    tstate = target.new_state(b)
+    dstate = draft.new_state(b) if use_model else None
+    models, states = ([target, draft], [tstate, dstate]) if use_model else ([target], [tstate])
+    last = _prefill(models, states, prompts)
     timing.prefill += time.perf_counter() - t0
+    pstate = policy.init(b)
+    lstate = lookup.init(b, max_len) if lookup is not None else None
     live: dict[str, Any] = {"last": last, "pending": [[t] for t in last.tolist()], "rstate": None}
     vocab = None
     dev = target.device
     while rows.ids:
         bsz = len(rows.ids)
-        # ---------------------------------------------------------------- draft
+        # ---------------------------------------------------------------- propose
         t1 = time.perf_counter()
-        pending = live["pending"]
-        m = max(len(pd) for pd in pending)
-        ids = torch.zeros(bsz, m, dtype=torch.long)
-        valid = torch.zeros(bsz, m, dtype=torch.bool)
-        for i, pd in enumerate(pending):
-            ids[i, m - len(pd) :] = torch.tensor(pd)
-            valid[i, m - len(pd) :] = True
-        d0 = dstate.valid.shape[1]
-        logits, hid = draft.forward(dstate, ids, valid, keep=1)
-        qs, hqs, xs = [], [], []
-        steps = k + 1 if exact_bonus else k
-        for j in range(steps):
-            qs.append(probs(logits[:, -1], params))
-            hqs.append(hid[:, -1])
-            if j == k:
-                break
-            xs.append(draw(qs[-1], params, generator))
-            if j < steps - 1:
-                logits, hid = draft.forward(dstate, xs[-1][:, None], None, keep=1)
-        n_draft_fwd = steps
-        x = torch.stack(xs, dim=1).to(dev)
+        budget = policy.begin_round(pstate).clamp(1, max_len).cpu()
+        active = torch.ones(bsz, dtype=torch.bool)
+        lengths = torch.zeros(bsz, dtype=torch.long)
+        qs, hqs, xs, tok_probs = [], [], [], []
+        n_fed = 0  # drafted tokens fed to the draft model this round (its slots d0+m .. d0+m+n_fed-1)
+        if use_model:
+            pending = live["pending"]
+            m = max(len(pd) for pd in pending)
+            ids = torch.zeros(bsz, m, dtype=torch.long)
+            valid = torch.zeros(bsz, m, dtype=torch.bool)
+            for i, pd in enumerate(pending):
+                ids[i, m - len(pd) :] = torch.tensor(pd)
+                valid[i, m - len(pd) :] = True
+            d0 = dstate.valid.shape[1]
+            logits, hid = draft.forward(dstate, ids, valid, keep=1)
+            n_draft_fwd = 1
+            for j in range(1, max_len + 1):
+                qj = probs(logits[:, -1], params)
+                qs.append(qj)
+                hqs.append(hid[:, -1])
+                step = StepInfo(j, qj.max(-1).values.cpu(), _entropy(qj).cpu())
+                admit = policy.admit(pstate, step).cpu() | (j <= policy.min_len)
+                active &= admit & (j <= budget)
+                if not bool(active.any()):
+                    break
+                xj = draw(qj, params, generator)
+                xs.append(xj)
+                tpj = qj.gather(-1, xj[:, None]).squeeze(-1).cpu()
+                tok_probs.append(tpj)
+                lengths[active] = j
+                step.token_prob = tpj
+                active &= policy.extend(pstate, step).cpu() & (j < budget)
+                if not bool(active.any()) and not exact_bonus:
+                    break
+                logits, hid = draft.forward(dstate, xj[:, None], None, keep=1)
+                n_draft_fwd += 1
+                n_fed += 1
+                if not bool(active.any()):  # exact_bonus: q at position j+1 is now known
+                    qs.append(probs(logits[:, -1], params))
+                    hqs.append(hid[:, -1])
+                    break
+            kk = len(xs)
+            x = torch.stack(xs, dim=1).to(dev)
+            q = torch.stack(qs, dim=1).to(dev)[:, : kk + 1]
+        else:
+            n_draft_fwd = 0
+            hist = [list(prompts[rid]) + rows.tokens[rid] for rid in rows.ids]
+            props, conf = lookup.propose(lstate, hist, max_len)
+            avail = torch.tensor([len(pr) for pr in props], dtype=torch.long)
+            for j in range(1, max_len + 1):
+                step = StepInfo(j, conf[:, j - 1].float(), torch.zeros(bsz))
+                admit = policy.admit(pstate, step).cpu() | (j <= policy.min_len)
+                active &= admit & (j <= budget) & (j <= avail)
+                if not bool(active.any()):
+                    break
+                lengths[active] = j
+                step.token_prob = torch.ones(bsz)
+                tok_probs.append(step.token_prob)
+                active &= policy.extend(pstate, step).cpu() & (j < budget)
+                if not bool(active.any()):
+                    break
+            kk = int(lengths.max())
+            x = torch.zeros(bsz, kk, dtype=torch.long)
+            for i, pr in enumerate(props):
+                x[i, : min(len(pr), kk)] = torch.tensor(pr[:kk])
+            x = x.to(dev)
         # ---------------------------------------------------------------- verify
         t2 = time.perf_counter()
         t_start = tstate.valid.shape[1]
-        p_logits, hp = target.forward(tstate, torch.cat([live["last"][:, None], x], dim=1), None, keep=k + 1)
+        p_logits, hp = target.forward(tstate, torch.cat([live["last"][:, None], x], dim=1), None, keep=kk + 1)
         p = probs(p_logits, params)
-        q = torch.stack(qs, dim=1).to(dev)
         if vocab is None:
-            vocab = min(p.shape[-1], q.shape[-1])
-        if p.shape[-1] != vocab or q.shape[-1] != vocab:  # padded embedding rows beyond the tokenizer
+            vocab = p.shape[-1] if not use_model else min(p.shape[-1], qs[0].shape[-1])
+        if p.shape[-1] != vocab:  # padded embedding rows beyond the tokenizer
             p = p[..., :vocab] / p[..., :vocab].sum(-1, keepdim=True)
-            q = q[..., :vocab] / q[..., :vocab].sum(-1, keepdim=True)
+        if use_model:
+            if q.shape[-1] != vocab:
+                q = q[..., :vocab] / q[..., :vocab].sum(-1, keepdim=True)
+        else:  # deterministic proposer: one-hot q
+            q = torch.nn.functional.one_hot(x.clamp(max=vocab - 1), vocab).to(p.dtype)
         w = None
         if head is not None:
-            hq = torch.stack(hqs, dim=1).to(dev)
+            hq = torch.stack(hqs, dim=1).to(dev)[:, : kk + 1]
             w = head(hq.float(), hp[:, : hq.shape[1]].float()).to(p.dtype)
-            if w.shape[1] == k:  # no q at the bonus position: the bonus comes from p (w = 1 there)
+            if w.shape[1] == kk:
                 w = torch.cat([w, torch.ones_like(w[:, :1])], dim=1)
-        out = rule(q, p, x, generator=generator, w=w, greedy=params.greedy, state=live["rstate"], **rule_kwargs)
+        out = _verify_ragged(rule, q, p, x, w, lengths, q_bonus=q_bonus, generator=generator,
+                             greedy=params.greedy, state=live["rstate"], rule_kwargs=rule_kwargs)
         t3 = time.perf_counter()
         # ---------------------------------------------------------------- commit
         n = out.n_accepted.to(torch.long)
         n_list, nxt_list = n.tolist(), out.next_token.tolist()
         x_list = x.tolist()
+        len_list = lengths.tolist()
         acc = out.accept_mask.tolist()
         done, new_pending = [], []
         for pos in range(bsz):
             rid = rows.ids[pos]
             st = rows.stats[rid]
+            L = len_list[pos]
             st.rounds += 1
             st.target_calls += 1
             st.draft_calls += n_draft_fwd
-            st.drafted += k
+            st.drafted += L
             st.accepted += n_list[pos]
-            for j in range(k):
+            for j in range(L):
                 st.drafted_at_position[j] += 1
                 st.accept_at_position[j] += int(acc[pos][j])
             if w is not None:
@@ -319,32 +458,42 @@ def generate_speculative(
             new = x_list[pos][: n_list[pos]] + [nxt_list[pos]]
             if rows.commit(pos, new, stopper):
                 done.append(pos)
-            fed_last = exact_bonus or n_list[pos] < k
-            new_pending.append([nxt_list[pos]] if fed_last else [x_list[pos][k - 1], nxt_list[pos]])
-        # rejected drafts become holes: target slots t_start+1+j, draft slots d0+m+j, for j >= n
-        j_idx = torch.arange(k, device=dev)
+            fed_last = n_list[pos] <= n_fed  # x_n is in the draft cache (or n = 0)
+            new_pending.append([nxt_list[pos]] if fed_last else [x_list[pos][n_list[pos] - 1], nxt_list[pos]])
+        tp = torch.stack(tok_probs, dim=1) if tok_probs else torch.zeros(bsz, 0)
+        policy.end_round(pstate, lengths, n.cpu(), tp)
+        if lookup is not None:
+            lookup.end_round(lstate, lengths, n.cpu())
+        # rejected and unproposed drafts become holes: target slots t_start+1+j, draft slots d0+m+j, j >= n
+        j_idx = torch.arange(kk, device=dev)
         reject = j_idx[None, :] >= n[:, None]
         drop_t = torch.zeros_like(tstate.valid)
-        drop_t[:, t_start + 1 : t_start + 1 + k] = reject
+        drop_t[:, t_start + 1 : t_start + 1 + kk] = reject
         CausalLM.invalidate(tstate, drop_t)
-        n_x_slots = k if exact_bonus else k - 1
-        drop_d = torch.zeros_like(dstate.valid)
-        drop_d[:, d0 + m : d0 + m + n_x_slots] = reject[:, :n_x_slots].to(drop_d.device)
-        CausalLM.invalidate(dstate, drop_d)
-        CausalLM.trim(tstate)
-        CausalLM.trim(dstate)
+        if use_model and n_fed:
+            drop_d = torch.zeros_like(dstate.valid)
+            drop_d[:, d0 + m : d0 + m + n_fed] = reject[:, :n_fed].to(drop_d.device)
+            CausalLM.invalidate(dstate, drop_d)
+        for st_ in states:
+            CausalLM.trim(st_)
         if on_round is not None:
             on_round({"n": n, "x": x, "next": out.next_token, "w": w, "tstate": tstate, "dstate": dstate,
-                      "rows": list(rows.ids), "tokens": [list(rows.tokens[r]) for r in rows.ids]})
+                      "lengths": lengths.clone(), "n_fed": n_fed, "rows": list(rows.ids),
+                      "tokens": [list(rows.tokens[r]) for r in rows.ids]})
+        if done:
+            keep = [i for i in range(bsz) if i not in set(done)]
+            pstate = policy.select(pstate, keep)
+            if lstate is not None:
+                lstate = {name: val[torch.tensor(keep, dtype=torch.long)] for name, val in lstate.items()}
         live = _drop_rows(
             done,
             rows,
-            [tstate, dstate],
+            states,
             {"last": out.next_token.to(dev), "pending": new_pending, "rstate": out.state},
         )
         if rows.ids:
-            CausalLM.compact(tstate)
-            CausalLM.compact(dstate)
+            for st_ in states:
+                CausalLM.compact(st_)
         t4 = time.perf_counter()
         timing.draft += t2 - t1
         timing.verify += t3 - t2
