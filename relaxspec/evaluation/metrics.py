@@ -12,6 +12,16 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+METRIC_DEFINITIONS = {
+    "acceptance_rate": "sum(accepted draft tokens) / sum(drafted tokens), over all rounds and examples",
+    "mean_accepted_length": "tau = sum(new tokens) / sum(decode-phase target forwards) (bonus included; AR = 1)",
+    "accept_at_position": "[j] = rounds whose draft position j+1 was accepted / rounds that drafted it",
+    "tokens_per_second": "sum(new tokens) / sum(wall time)  (not a mean of per-example rates)",
+    "speedup_vs_ar": "sum(AR wall time) / sum(method wall time) over the examples both ran, same process",
+    "cost_ratio_c": "(draft wall time / draft forwards) / (AR decode wall time / AR target forwards)",
+    "quality": "task.aggregate: mean of per-example scores with a seeded percentile-bootstrap 95% CI",
+}
+
 
 def _sum(records: list[dict[str, Any]], key: str) -> float:
     return float(sum(r["stats"].get(key, 0) for r in records))

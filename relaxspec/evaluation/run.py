@@ -12,12 +12,25 @@ Files in the run directory:
 * ``metrics.json`` ``{"methods": {name: {...}}, "quality": ..., "provenance": {...}}``, written atomically
   at the end from all records (so it is either absent or complete);
 * ``log.jsonl`` the local metric log (W&B mirrors it when ``logger=wandb``).
+
+Scoring runs after each (batch, method) generation with ``task.score_many`` (HumanEval runs its programs
+in parallel there), never inside the timed region. Several ``run(cfg)`` calls in one process (a Hydra
+multirun, the demo) reuse the loaded pair when its config is unchanged.
+
+Knobs read with defaults (add them to conf/evaluate.yaml to override without ``++``): ``warmup`` (untimed
+warm-up generations per method), ``warmup_tokens`` (their length; null = max_new_tokens), ``train_task``
+(tags a run with the task its DIVERSED head was trained on; default: read from the head, see
+`head_info`).
 """
 
 from __future__ import annotations
 
+import datetime
+import inspect
+import json
 import logging
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +43,7 @@ from relaxspec.decoding.generate import StopChecker
 from relaxspec.decoding.lm import CausalLM
 from relaxspec.decoding.methods import Method, build_method
 from relaxspec.decoding.sampling import SamplingParams
-from relaxspec.evaluation.metrics import add_relative_metrics, method_metrics
+from relaxspec.evaluation.metrics import METRIC_DEFINITIONS, add_relative_metrics, method_metrics
 from relaxspec.utils.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from relaxspec.utils.logging import build_logger
 from relaxspec.utils.provenance import provenance
@@ -41,13 +54,34 @@ SCHEMA_VERSION = 1
 
 
 def method_configs(cfg: DictConfig) -> list[DictConfig]:
-    """The methods of this run: ``methods=[...]`` (names of conf/method files) or the single ``method``."""
+    """The methods of this run: ``methods=[...]`` (names of conf/method files) or the single ``method``.
+
+    With ``static_w_drafts=[w1, w2, ...]`` (read with a default of null) every static-ensemble method is
+    expanded into one method per draft weight, named ``<name>@<w>``, so a whole static-weight Pareto curve
+    runs in one process next to AR, SD and DIVERSED (same prompts, interleaved, one AR timing).
+    """
     names = cfg.get("methods")
     if names is None:
-        return [cfg.method]
-    if isinstance(names, str):
-        names = [names]
-    return [cfg.method if n == cfg.method.name else load_method(n) for n in names]
+        methods = [cfg.method]
+    else:
+        if isinstance(names, str):
+            names = [names]
+        methods = [cfg.method if n == cfg.method.name else load_method(n) for n in names]
+    weights = cfg.get("static_w_drafts")
+    if not weights:
+        return methods
+    out = []
+    for m in methods:
+        if m.get("rule") != "static_ensemble":
+            out.append(m)
+            continue
+        for w in weights:
+            if not 0.0 <= float(w) <= 1.0:
+                raise ConfigError(f"static_w_drafts must be in [0, 1], got {w}")
+            mw = OmegaConf.create(OmegaConf.to_container(m, resolve=True))
+            mw.w_draft, mw.name = float(w), f"{m.name}@{float(w):g}"
+            out.append(mw)
+    return out
 
 
 def _seed_everything(seed: int) -> None:
@@ -72,6 +106,75 @@ def _max_new_tokens(cfg: DictConfig) -> int:
     return int(cfg.dataset.get("max_new_tokens") or 128)
 
 
+_PAIR_CACHE: dict[str, Any] = {}
+
+
+def _cached_pair(pair_cfg: DictConfig, load: Any) -> Any:
+    """The loaded pair for ``pair_cfg``; one pair is kept per process (multirun jobs, the demo)."""
+    key = OmegaConf.to_yaml(pair_cfg, resolve=True)
+    if key not in _PAIR_CACHE:
+        _PAIR_CACHE.clear()  # free the previous pair before loading another
+        _PAIR_CACHE[key] = load(pair_cfg)
+    return _PAIR_CACHE[key]
+
+
+def head_info(method_cfg: Any, head: Any) -> dict[str, Any]:
+    """Where a DIVERSED head comes from and the task it was trained on.
+
+    The task is, in order: the head's ``head.json`` meta (``task``, ``train_task`` or ``dataset``), then the
+    training run's config next to the head (``<head>/../config.yaml`` or ``.hydra/config.yaml``:
+    ``dataset.name``). An explicit ``train_task=...`` in the evaluation config overrides both.
+    """
+    meta = dict(getattr(head, "meta", {}) or {})
+    path = method_cfg.get("head")
+    task = meta.get("task") or meta.get("train_task") or meta.get("dataset")
+    if isinstance(task, dict):
+        task = task.get("name")
+    if task is None and path:
+        for cand in (Path(path).parent / "config.yaml", Path(path).parent / ".hydra" / "config.yaml"):
+            if cand.is_file():
+                try:
+                    task = (OmegaConf.load(cand).get("dataset") or {}).get("name")
+                except Exception:  # an unreadable training config only loses the tag
+                    task = None
+                if task:
+                    break
+    return {"path": str(path) if path else None, "trained": bool(path) and meta.get("trained", True) is not False,
+            "task": task, "steps": meta.get("steps"), "mix": meta.get("mix")}
+
+
+def _logger_cfg(cfg: DictConfig, method_names: list[str]) -> DictConfig:
+    """The logger config with default W&B tags (dataset, methods) and group (the sweep's config name)."""
+    lc = OmegaConf.create(OmegaConf.to_container(cfg.logger, resolve=True))
+    if not lc.get("tags"):
+        lc.tags = [str(cfg.dataset.name), *method_names]
+    if lc.get("group") is None:
+        try:
+            from hydra.core.hydra_config import HydraConfig
+
+            hc = HydraConfig.get()
+            if str(hc.mode) == "RunMode.MULTIRUN":
+                lc.group = hc.job.config_name
+        except (ImportError, ValueError):
+            pass
+    return lc
+
+
+def summary_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Aggregates as ``{dataset/method/metric: number}`` (quality under ``dataset/method/quality/...``)."""
+    ds = metrics["task"]["name"]
+    out: dict[str, Any] = {}
+    for name, m in metrics["methods"].items():
+        for k, v in m.items():
+            if isinstance(v, bool) or v is None or isinstance(v, int | float):
+                out[f"{ds}/{name}/{k}"] = v
+            elif k == "quality":
+                out.update({f"{ds}/{name}/quality/{qk}": qv for qk, qv in v.items() if isinstance(qv, int | float)})
+            elif k == "accept_at_position":
+                out.update({f"{ds}/{name}/accept_at_position/{j + 1}": a for j, a in enumerate(v)})
+    return out
+
+
 class Harness:
     """Runs methods over examples and writes the run directory."""
 
@@ -90,10 +193,17 @@ class Harness:
         self.max_new = _max_new_tokens(cfg)
         self.samples_path = out_dir / "samples.jsonl"
         self.done = {(r["id"], r["method"]) for r in read_jsonl(self.samples_path)}
-        self.pair = load_pair(cfg.pair)
+        self.pair = _cached_pair(cfg.pair, load_pair)
         lms = {"target": CausalLM(self.pair.target), "draft": CausalLM(self.pair.draft)}
         k = int(cfg.decode.draft_length)
-        self.methods: list[Method] = [build_method(m, self.pair, draft_length=k, lms=lms) for m in self.method_cfgs]
+        extra: dict[str, Any] = {}  # the draft-policy group (conf/draft), when build_method knows it
+        params = inspect.signature(build_method).parameters
+        if "draft_cfg" in params and cfg.get("draft") is not None:
+            extra["draft_cfg"] = cfg.draft
+        if "batch_size" in params:
+            extra["batch_size"] = int(cfg.decode.batch_size)
+        self.methods: list[Method] = [build_method(m, self.pair, draft_length=k, lms=lms, **extra)
+                                      for m in self.method_cfgs]
         self.stopper = StopChecker(self.pair.eos_ids, list(getattr(self.task, "stop", []) or []), self.pair.tokenizer)
         self._check_context()
 
@@ -105,7 +215,8 @@ class Harness:
     def _check_context(self) -> None:
         """Refuse, before any generation, prompts that cannot fit the target's context window."""
         limit = self.pair.context_length
-        extra = self.max_new + int(self.cfg.decode.draft_length) + 2
+        k_max = max([int(self.cfg.decode.draft_length)] + [int(getattr(m, "max_draft_len", 0)) for m in self.methods])
+        extra = self.max_new + k_max + 2
         for ex in self.examples:
             n = len(self.prompt_ids(ex, [""] * (self.task.num_turns(ex) - 1)))
             if n + extra * self.task.num_turns(ex) > limit:
@@ -147,13 +258,19 @@ class Harness:
                                      max(1, sum(len(x.tokens) for x in outs))})
         return turns, wall, split
 
-    def warmup(self, n: int) -> None:
+    def warmup(self, n: int, tokens: int | None = None) -> None:
+        """``n`` untimed generations per method on the first example (``tokens`` new tokens each)."""
         if n <= 0:
             return
         ex = self.examples[:1]
-        for m in self.methods:
-            for _ in range(n):
-                self._generate(m, ex, seed=0)
+        saved = self.max_new
+        self.max_new = min(saved, int(tokens)) if tokens else saved
+        try:
+            for m in self.methods:
+                for _ in range(n):
+                    self._generate(m, ex, seed=0)
+        finally:
+            self.max_new = saved
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -162,39 +279,47 @@ class Harness:
         todo = sum(1 for ex in self.examples for m in self.methods if (ex["id"], m.name) not in self.done)
         log.info("%d examples x %d methods, %d pairs to run (%d already done)", len(self.examples),
                  len(self.methods), todo, len(self.done))
-        logger = build_logger(cfg.logger, self.out, cfg)
+        logger = build_logger(_logger_cfg(cfg, [m.name for m in self.methods]), self.out, cfg)
         try:
             if todo:
-                self.warmup(int(cfg.get("warmup", 1)))
+                t0 = time.perf_counter()
+                self.warmup(int(cfg.get("warmup", 1)), cfg.get("warmup_tokens"))
+                log.info("warm-up: %.1f s", time.perf_counter() - t0)
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=todo, desc="examples x methods", disable=todo == 0)
+            n_todo_ex = sum(1 for ex in self.examples if any((ex["id"], m.name) not in self.done
+                                                                 for m in self.methods))
+            ex_bar = tqdm(total=n_todo_ex, desc="examples", unit="ex", disable=todo == 0, position=0)
             for b, batch in enumerate(batches):
                 order = self.methods[b % len(self.methods):] + self.methods[: b % len(self.methods)]
-                for method in order:
+                todo_b = [m for m in order if any((ex["id"], m.name) not in self.done for ex in batch)]
+                if not todo_b:
+                    continue
+                m_bar = tqdm(todo_b, desc=f"methods (batch {b})", unit="method", leave=False, position=1)
+                for method in m_bar:
+                    m_bar.set_postfix_str(method.name)
                     pending = [ex for ex in batch if (ex["id"], method.name) not in self.done]
-                    if not pending:
-                        continue
                     seed = int(cfg.seed) * 1_000_003 + b
-                    turns, wall, split = self._generate(method, pending, seed)
-                    for ex, ex_turns in zip(pending, turns, strict=True):
-                        rec = self._record(ex, method, ex_turns, wall, split, len(pending), b)
+                    turns, wall, split = self._generate(method, pending, seed)  # the only timed part
+                    scores = self.task.score_many(pending, [[t["completion"] for t in ts] for ts in turns])
+                    for ex, ex_turns, sc in zip(pending, turns, scores, strict=True):
+                        rec = self._record(ex, method, ex_turns, sc, wall, split, len(pending), b)
                         append_jsonl(self.samples_path, rec)
                         self.done.add((ex["id"], method.name))
                         logger.log({"method": method.name, "id": ex["id"], "new_tokens": rec["stats"]["new_tokens"],
                                     "wall_time_s": rec["wall_time_s"]})
-                        bar.update(1)
-            bar.close()
+                m_bar.close()
+                ex_bar.update(sum(1 for ex in batch if any((ex["id"], m.name) in self.done for m in todo_b)))
+            ex_bar.close()
             metrics = self.finalize()
-            logger.summary({name: {k: v for k, v in m.items() if not isinstance(v, list | dict)}
-                            for name, m in metrics["methods"].items()})
+            logger.summary(summary_metrics(metrics))
             logger.table("samples", [_flat_record(r) for r in read_jsonl(self.samples_path)])
             logger.artifact("results", [self.out / "metrics.json", self.samples_path, self.out / "config.yaml"])
         finally:
             logger.finish()
         return metrics
 
-    def _record(self, ex, method, turns, wall, split, n_batch, batch_idx) -> dict[str, Any]:
+    def _record(self, ex, method, turns, scores, wall, split, n_batch, batch_idx) -> dict[str, Any]:
         stats: dict[str, Any] = {}
         for t in turns:
             for key, v in t["stats"].items():
@@ -204,7 +329,6 @@ class Harness:
                 else:
                     stats[key] = stats.get(key, 0) + v
         completions = [t["completion"] for t in turns]
-        scores = self.task.score(ex, completions)
         share = sum(t["wall_time_s"] for t in turns)
         frac = share / wall if wall > 0 else 1.0 / n_batch
         return {
@@ -221,30 +345,59 @@ class Harness:
         }
 
     def finalize(self) -> dict[str, Any]:
-        records = [r for r in read_jsonl(self.samples_path) if r["method"] in {m.name for m in self.methods}]
+        names = {m.name for m in self.methods}
         ids = {ex["id"] for ex in self.examples}
-        records = [r for r in records if r["id"] in ids]
+        records, seen = [], set()
+        for r in read_jsonl(self.samples_path):  # first record of each (example, method) wins
+            key = (r.get("id"), r.get("method"))
+            if key[0] in ids and key[1] in names and key not in seen:
+                seen.add(key)
+                records.append(r)
         per_method: dict[str, dict[str, Any]] = {}
-        for m in self.methods:
+        for m, mcfg in zip(self.methods, self.method_cfgs, strict=True):
             recs = [r for r in records if r["method"] == m.name]
             if not recs:
                 continue
             mm = method_metrics(recs)
             mm["quality"] = self.task.aggregate([r["scores"] for r in recs])
+            mm["method_config"] = OmegaConf.to_container(mcfg, resolve=True)
+            if m.head is not None:
+                mm["head"] = head_info(mcfg, m.head)
+            mm["train_task"] = (self.cfg.get("train_task") or mm["head"]["task"]) if m.head is not None else None
             per_method[m.name] = mm
         add_relative_metrics(per_method, records)
+        missing = [f"{ex['id']}/{m.name}" for ex in self.examples for m in self.methods
+                   if (ex["id"], m.name) not in seen]
         metrics = {
             "schema_version": SCHEMA_VERSION,
+            "complete": not missing,
+            "missing": missing,
             "task": {"name": self.cfg.dataset.name, "version": self.cfg.dataset.get("version"),
-                     "split": self.cfg.dataset.get("split"), "n_examples": len(self.examples)},
+                     "split": self.cfg.dataset.get("split"), "limit": self.cfg.dataset.get("limit"),
+                     "n_examples": len(self.examples),
+                     "primary_metric": getattr(self.task, "primary_metric", None)},
+            "baseline": "ar",
+            # speed numbers are only comparable at batch size 1 (Lesson 10); batched runs are quality runs
+            "timing": int(self.cfg.decode.batch_size) == 1,
+            "definitions": METRIC_DEFINITIONS,
             "methods": per_method,
             "provenance": provenance(
-                seed=int(self.cfg.seed),
+                seeds={"seed": int(self.cfg.seed), "dataset_shuffle": self.cfg.dataset.get("seed"),
+                       "pair_init": self.cfg.pair.get("seed"),
+                       "generator": "seed * 1000003 + batch_index (torch.Generator, shared by all methods)"},
                 pair=self.pair.info,
-                dataset={"name": self.cfg.dataset.name, "version": self.cfg.dataset.get("version")},
+                dataset={"name": self.cfg.dataset.name, "version": self.cfg.dataset.get("version"),
+                         "split": self.cfg.dataset.get("split"), "path": self.cfg.dataset.get("path"),
+                         "data_dir": self.cfg.get("paths", {}).get("data_dir")},
                 decode=OmegaConf.to_container(self.cfg.decode, resolve=True),
-                timing={"warmup": int(self.cfg.get("warmup", 1)), "interleaved": True,
-                        "batch_size": int(self.cfg.decode.batch_size)},
+                draft=OmegaConf.to_container(self.cfg.draft, resolve=True) if self.cfg.get("draft") else None,
+                max_new_tokens=self.max_new,
+                timing={"warmup": int(self.cfg.get("warmup", 1)), "warmup_tokens": self.cfg.get("warmup_tokens"),
+                        "interleaved": True, "batch_size": int(self.cfg.decode.batch_size),
+                        "clock": "time.perf_counter, cuda-synchronized; tokenisation, detokenisation and "
+                                 "scoring outside the timed region"},
+                command=list(sys.argv),
+                time_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             ),
         }
         atomic_write_json(self.out / "metrics.json", metrics)
@@ -289,12 +442,34 @@ def summary_lines(metrics: dict[str, Any]) -> list[str]:
     return lines
 
 
+RESUME_KEYS = ("pair", "dataset", "decode", "draft", "seed")
+
+
+def check_resume_config(out: Path, cfg: DictConfig) -> None:
+    """Refuse to resume into a run dir whose samples came from a different pair/dataset/decode/seed.
+
+    Adding methods to an existing run dir is allowed (their pairs simply run); changing what the existing
+    samples mean is not.
+    """
+    old_path = out / "config.yaml"
+    if not (out / "samples.jsonl").is_file() or not old_path.is_file():
+        return
+    old = OmegaConf.to_container(OmegaConf.load(old_path), resolve=False)
+    new = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(old, dict) and isinstance(new, dict)
+    for key in RESUME_KEYS:
+        if key in old and key in new and old[key] != new[key]:
+            raise ConfigError(f"{out} holds samples of a different '{key}' config; use a new output dir "
+                              f"(was {json.dumps(old[key], default=str)[:200]})")
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Entry point of ``evaluate.py``: returns metrics.json's content."""
     torch.set_num_threads(max(1, torch.get_num_threads()))
     _seed_everything(int(cfg.seed))
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    check_resume_config(out, cfg)
     atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     harness = Harness(cfg, out)
     metrics = harness.run()
