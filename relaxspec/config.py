@@ -11,7 +11,9 @@ Hyperparameter defaults live only in `conf/**.yaml`; the schemas use MISSING for
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -182,8 +184,8 @@ def validate_method(node: Any) -> DictConfig:
         if not (0.0 <= m.alpha <= 1.0):
             _fail(f"method.alpha must be in [0, 1], got {m.alpha}")
     if rule == "asd":
-        if not m.budget >= 0 or not m.gate >= 0 or m.cap < 0:
-            _fail(f"method budget/gate/cap must be >= 0, got {m.budget}/{m.gate}/{m.cap}")
+        if not (math.isfinite(m.budget) and math.isfinite(m.gate)) or m.budget < 0 or m.gate < 0 or m.cap < 0:
+            _fail(f"method budget/gate/cap must be finite and >= 0, got {m.budget}/{m.gate}/{m.cap}")
         if m.value not in ("suffix", "normalized_suffix"):
             _fail(f"method.value must be 'suffix' or 'normalized_suffix', got '{m.value}'")
     if rule == "diversed" and m.head is not None and not Path(m.head).exists():
@@ -193,8 +195,8 @@ def validate_method(node: Any) -> DictConfig:
 
 def validate_decode(node: Any) -> DictConfig:
     d = _typed(node, DecodeConfig, "decode")
-    if not d.temperature >= 0:  # also catches NaN
-        _fail(f"decode.temperature must be >= 0 (0 = greedy), got {d.temperature}")
+    if not math.isfinite(d.temperature) or d.temperature < 0:
+        _fail(f"decode.temperature must be a finite number >= 0 (0 = greedy), got {d.temperature}")
     if d.top_k < 0:
         _fail(f"decode.top_k must be >= 0 (0 = off), got {d.top_k}")
     if not (0.0 < d.top_p <= 1.0):
@@ -242,7 +244,20 @@ def validate(cfg: DictConfig) -> None:
     for m in methods:
         if m.rule == "asd" and decode.temperature != 0:
             _fail(f"method {m.name} (asd) is greedy only: set decode.temperature=0 (got {decode.temperature})")
+    if cfg.get("draft") is not None:
+        from relaxspec.propose.config import validate_draft
+
+        try:
+            validate_draft(cfg.draft)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if cfg.get("trainer") is not None:
+        from relaxspec.training.config import validate_trainer
+
+        validate_trainer(cfg.trainer)
     ds = cfg.dataset
+    if ds.name == "smoke" and not ds.get("prompts"):
+        _fail("dataset.prompts must list at least one prompt")
     if ds.get("limit") is not None and int(ds.limit) < 1:
         _fail(f"dataset.limit must be >= 1 or null, got {ds.limit}")
 
@@ -278,7 +293,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _is_sweep(overrides: list[str]) -> bool:
-    return any("," in o or "glob(" in o or "range(" in o or "choice(" in o for o in overrides)
+    """A multirun override: a comma outside [...] lists, or a sweep function."""
+    plain = [re.sub(r"\[[^\]]*\]", "", o) for o in overrides]
+    return any("," in o or "glob(" in o or "range(" in o or "choice(" in o for o in plain)
 
 
 def precheck(config_name: str, argv: list[str], config_dir: Path = CONF_DIR) -> None:
@@ -322,11 +339,26 @@ def hydra_main(config_name: str, run: Callable[[DictConfig], Any]) -> Any:
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=config_name)
     def _main(cfg: DictConfig) -> Any:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
         try:
             validate(cfg)
-        except ConfigError as exc:  # a sweep job with a bad value: fail this job with one line
-            print(f"error: {exc}", file=sys.stderr)
-            raise
-        return run(cfg)
+            return run(cfg)
+        except user_errors() as exc:  # bad input found after composing: one line, no traceback
+            print(f"error: {_one_line(exc)}", file=sys.stderr)
+            if HydraConfig.get().mode == RunMode.RUN:
+                sys.exit(2)
+            raise  # multirun: this job fails; the launcher reports it
 
     return _main()
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean "bad input" (printed as one line), as opposed to bugs (full traceback)."""
+    from relaxspec.models.assets import AssetError
+    from relaxspec.models.pairs import PairError
+    from relaxspec.models.weight_head import HeadMismatchError
+    from relaxspec.tasks.data import DataNotFoundError
+
+    return (ConfigError, PairError, HeadMismatchError, AssetError, DataNotFoundError)

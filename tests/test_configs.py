@@ -57,8 +57,8 @@ def test_methods_list_is_validated():
 @pytest.mark.parametrize(
     "override,needle",
     [
-        ("decode.temperature=-1", "decode.temperature must be >= 0"),
-        ("decode.temperature=nan", "decode.temperature must be >= 0"),
+        ("decode.temperature=-1", "decode.temperature must be a finite number >= 0"),
+        ("decode.temperature=nan", "decode.temperature must be a finite number >= 0"),
         ("pair=nonexistent", "pair"),
         ("method=nonexistent", "method"),
         ("decode.temprature=1", "temprature"),

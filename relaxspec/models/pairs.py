@@ -168,18 +168,32 @@ def check_tokenizers(draft_tok: PreTrainedTokenizerBase, target_tok: PreTrainedT
         raise PairError(f"tokenizers of '{names[0]}' and '{names[1]}' encode the same text differently")
 
 
-def _load_hf(spec: Any, device: torch.device) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, str]:
-    where = str(Path(spec.path).expanduser()) if spec.path else spec.id
-    kwargs: dict[str, Any] = {"dtype": _dtype(spec.dtype)}
+def _where(spec: Any) -> str:
+    return str(Path(spec.path).expanduser()) if spec.path else spec.id
+
+
+def _load_tokenizer(spec: Any) -> PreTrainedTokenizerBase:
+    where = _where(spec)
+    kwargs = {"revision": spec.revision} if spec.revision and not spec.path else {}
+    try:
+        return AutoTokenizer.from_pretrained(where, **kwargs)
+    except Exception as exc:  # OSError, ValueError, JSON errors, ...: all mean "cannot use this path/id"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise PairError(f"cannot load the tokenizer of '{where}': {first}") from None
+
+
+def _load_model(spec: Any, device: torch.device) -> PreTrainedModel:
+    """Load weights from safetensors only (a folder with only a pickled .bin is refused)."""
+    where = _where(spec)
+    kwargs: dict[str, Any] = {"dtype": _dtype(spec.dtype), "use_safetensors": True}
     if spec.revision and not spec.path:
         kwargs["revision"] = spec.revision
     try:
-        tok = AutoTokenizer.from_pretrained(where, **({"revision": spec.revision} if "revision" in kwargs else {}))
         model = AutoModelForCausalLM.from_pretrained(where, **kwargs)
-    except OSError as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise PairError(f"cannot load '{where}': {first}") from None
-    return model.to(device).eval(), tok, where
+    except Exception as exc:  # a truncated safetensors file raises SafetensorError, a missing one OSError
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise PairError(f"cannot load the model '{where}': {first}") from None
+    return model.to(device).eval()
 
 
 def _apply_backend(model: PreTrainedModel, requested: str, role: str, device: torch.device) -> str:
@@ -216,10 +230,11 @@ def load_pair(cfg: Any) -> Pair:
                 role: {**_as_dict(spec), "path": spec.path or str(dirs[role])} for role, spec in specs.items()
             }
             specs = {role: _Obj(s) for role, s in specs.items()}
-        loaded = {role: _load_hf(spec, device) for role, spec in specs.items()}
-        draft, draft_tok, dwhere = loaded["draft"]
-        target, tok, twhere = loaded["target"]
+        # tokenizers first: an incompatible pair is refused before any weights are read
+        draft_tok, tok = _load_tokenizer(specs["draft"]), _load_tokenizer(specs["target"])
+        dwhere, twhere = _where(specs["draft"]), _where(specs["target"])
         check_tokenizers(draft_tok, tok, (dwhere, twhere))
+        draft, target = _load_model(specs["draft"], device), _load_model(specs["target"], device)
         for role, where in (("draft", dwhere), ("target", twhere)):
             info[role] = {"id": specs[role].id, "path": where, "revision": specs[role].revision or _revision(where)}
         for role, model in (("draft", draft), ("target", target)):

@@ -174,7 +174,7 @@ class HFJudge:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, **model_kwargs).eval()
+        model = AutoModelForCausalLM.from_pretrained(path, **{"use_safetensors": True, **model_kwargs}).eval()
         return cls(model, tok, max_new_tokens=max_new_tokens, identity=f"hf:{path}")
 
     def complete(self, messages: Sequence[Mapping[str, str]]) -> str:

@@ -10,25 +10,37 @@ group is killed. Before the program starts, a small trusted prelude inside the c
 What is covered, in two modes (chosen once per process; see `isolation()`):
 
 * **namespace** (Linux, running as root, `unshare` and `setpriv` usable; the default on the project machines):
-  the child runs in new network, mount and PID namespaces (`unshare --net --mount --pid --fork --kill-child`).
-  The network namespace has only a loopback interface that is down, so every connection (127.0.0.1 or a public
-  address) fails in the kernel. Every mount is remounted read-only inside the mount namespace except a bind
+  the child runs in new network, mount and PID namespaces with its own `/proc`
+  (`unshare --net --mount --pid --fork --kill-child --mount-proc`), so it sees only its own processes (no other
+  process's environment or command line) and cannot signal anything outside. The network namespace has only a
+  loopback interface that is down, so every connection (127.0.0.1 or a public address) fails in the kernel.
+  Directories that may hold secrets or answers are hidden under empty read-only tmpfs: `/root`, `/home`, `$HOME`,
+  the project checkout, the venv, `$RELAXSPEC_CACHE` and `$RELAXSPEC_DATA` (see `_hidden_dirs`); only the
+  interpreter's installation prefix is bound back when it lives under one of them (it runs as the real binary,
+  `os.path.realpath(sys.executable)`, with `-I -S`, so no venv is needed). `/etc/shadow` and `/etc/gshadow` are
+  masked with `/dev/null`. Every mount is remounted read-only inside the mount namespace except a bind
   mount of the working directory, and fresh small tmpfs are mounted over `/tmp`, `/var/tmp`, `/dev/shm` and
-  `/run/lock`, so writes elsewhere fail (or land in a tmpfs that vanishes with the namespace). All capabilities
+  `/run` (which also hides host unix sockets such as `/run/docker.sock`; read-only mounts do not stop `connect()`
+  to a socket file), so writes elsewhere fail (or land in a tmpfs that vanishes with the namespace). All capabilities
   are dropped (`setpriv`, bounding set emptied, no-new-privs), so the program cannot remount or undo this. The
-  PID namespace makes every descendant die with the program. Because uid 0 is exempt from `RLIMIT_NPROC`, the
+  PID namespace makes every descendant (double-forked daemons included) die with the program. Because uid 0 is exempt from `RLIMIT_NPROC`, the
   number of processes is capped by a per-run `pids` cgroup (`pids.max`) when one can be created (cgroup v1
   `/sys/fs/cgroup/pids` or v2); without one, process creation is blocked by the audit hook instead.
 * **fallback** (anything else, e.g. not root or no `unshare`): same process, rlimits and timeout, but no
   namespaces. Network and file-system protection then rest on the Python audit hook only, which refuses
-  non-`AF_UNIX` sockets, writes/creates/renames/deletes outside the working directory, `ctypes` library loading
-  and (when `RLIMIT_NPROC` cannot bind, i.e. as root) process creation. An audit hook is a guard against
+  non-`AF_UNIX` sockets, writes/creates/renames/deletes outside the working directory, reads and listings of the
+  hidden directories above and of other processes' `/proc/<pid>/`, `ctypes` library loading and (when
+  `RLIMIT_NPROC` cannot bind, i.e. as root) process creation. A daemon that calls `os.setsid()` can outlive the
+  sample in this mode when processes are allowed (not root). An audit hook is a guard against
   accidents and ordinary model code, not against a determined attacker (C extensions can bypass it).
 
 What is not covered: CPU/memory side channels, kernel exploits, a program that deliberately lies about its result
 through a shared resource. A program that exits early with status 0 is not counted as passing: the prelude writes
 a random nonce (sent via stdin, never visible to the program) to stdout only after the program finished normally,
-and `passed` requires it.
+and `passed` requires it. In both modes the audit hook also refuses `os.kill`/`os.killpg` aimed at anything but the
+program and its descendants (so such an attempt is reported as a failed sample with a clear reason).
+
+`tests/reliability/test_sandbox_attacks.py` runs the attack catalogue (docs/RELIABILITY.md) against both layers.
 """
 
 from __future__ import annotations
@@ -95,13 +107,66 @@ def _setup():
             return True
         rp = os.path.realpath(p)
         return rp == root or rp.startswith(root + os.sep)
+    hidden = [os.path.join(h, "") for h in cfg["hide"]]
+    keep = [os.path.join(k, "") for k in cfg["keep"]]
+    me = os.getpid()
+    busy = set()
+    from _thread import get_ident
+    def readable(p):
+        """Fallback read guard: hidden directories (homes, project, venv) and other processes' /proc."""
+        if isinstance(p, int) or not (hidden or cfg["guard_proc"]):
+            return True
+        try:
+            rp = os.path.join(os.path.realpath(os.fsdecode(p)), "")
+        except (TypeError, ValueError):
+            return False
+        if cfg["guard_proc"] and rp.startswith("/proc/"):
+            first = rp.split("/")[2]
+            if first.isdigit() and int(first) != me:
+                return False
+        if any(rp.startswith(k) for k in keep):
+            return True
+        return not any(rp.startswith(h) for h in hidden)
+    def descendant(pid):
+        for _ in range(64):
+            if pid == me:
+                return True
+            if pid <= 1:
+                return False
+            try:
+                with open("/proc/%d/stat" % pid, "rb") as f:
+                    st = f.read()
+                pid = int(st[st.rindex(b")") + 2:].split()[1])
+            except (OSError, ValueError):
+                return False
+        return False
     def hook(event, args):
+        tid = get_ident()
+        if tid in busy:  # an event raised by the hook's own /proc reads
+            return
+        busy.add(tid)
+        try:
+            _check(event, args)
+        finally:
+            busy.discard(tid)
+    def _check(event, args):
         if event == "open":
             path, mode, flags = args
             writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
                 mode is None and isinstance(flags, int) and flags & WRITE)
             if writing and not inside(path):
                 raise PermissionError("sandbox: write outside the working directory: %r" % (path,))
+            if not writing and path is not None and not readable(path):
+                raise PermissionError("sandbox: read outside the allowed directories: %r" % (path,))
+        elif event in ("os.listdir", "os.scandir"):
+            if args and args[0] is not None and not readable(args[0]):
+                raise PermissionError("sandbox: read outside the allowed directories: %r" % (args[0],))
+        elif event in ("os.kill", "os.killpg"):
+            pid = args[0]
+            if event == "os.killpg":
+                pid = -pid if pid > 0 else pid
+            if pid == -1 or (pid > 0 and not descendant(pid)) or (pid < -1 and -pid != os.getpgrp()):
+                raise PermissionError("sandbox: signalling processes outside the program is disabled")
         elif event in PATH_EVENTS:
             for p in args[:PATH_EVENTS[event]]:
                 if p is not None and not inside(p):
@@ -130,24 +195,105 @@ os.write(1, ("\n" + _nonce + "\n").encode())
 '''
 
 # Runs inside the new namespaces as pid 1 (as root, before dropping capabilities). $1 = working directory,
-# remaining args = the interpreter command. Exit code 97 = setup failed.
+# $2 = directories to hide (newline-separated), $3 = directories under them to keep visible (the interpreter's
+# prefix), remaining args = the interpreter command. Exit code 97 = setup failed.
 _NS_SETUP = r"""
-W="$1"; shift
+W="$1"; HIDE="$2"; KEEP="$3"; shift 3
+set -f
+IFS='
+'
 mount --make-rprivate / 2>/dev/null
 mount --bind "$W" "$W" || { echo "sandbox setup: bind mount failed" >&2; exit 97; }
 cd "$W" || exit 97
+S="$W/.sandbox-keep"; i=0
+for k in $KEEP; do
+  mkdir -p "$S/$i" && mount --bind "$k" "$S/$i" || { echo "sandbox setup: cannot keep $k" >&2; exit 97; }
+  i=$((i+1))
+done
+for h in $HIDE; do
+  [ -d "$h" ] || continue
+  mount -t tmpfs -o size=1m,mode=755,nosuid,nodev tmpfs "$h" || { echo "sandbox setup: cannot hide $h" >&2; exit 97; }
+done
+i=0
+for k in $KEEP; do
+  mkdir -p "$k" && mount --bind "$S/$i" "$k" && umount "$S/$i" && rmdir "$S/$i" \
+    || { echo "sandbox setup: cannot restore $k" >&2; exit 97; }
+  i=$((i+1))
+done
+[ -d "$S" ] && rmdir "$S"
+for f in /etc/shadow /etc/gshadow /etc/shadow- /etc/gshadow-; do
+  [ -f "$f" ] && mount --bind /dev/null "$f"
+done
 for mp in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do
   [ "$mp" = "$W" ] && continue
   mount -o remount,bind,ro "$mp" 2>/dev/null
 done
 mount -o remount,bind,ro / || { echo "sandbox setup: read-only remount failed" >&2; exit 97; }
-for d in /tmp /var/tmp /dev/shm /run/lock; do
+for d in /tmp /var/tmp /dev/shm /run; do
   [ -d "$d" ] && mount -t tmpfs -o size=16m,mode=1777,nosuid,nodev tmpfs "$d" 2>/dev/null
 done
 setpriv --inh-caps=-all --bounding-set=-all --no-new-privs -- \
   env -i PATH=/usr/bin:/bin LANG=C.UTF-8 HOME="$W" "$@"
 exit $?
 """
+
+# unshare: new network, mount and PID namespaces with a fresh /proc (only the sandbox's processes visible);
+# --kill-child: the namespace (and everything in it) dies with unshare.
+_UNSHARE = ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _interpreter() -> str:
+    """The real interpreter binary (a venv's `bin/python` is a symlink into the base installation)."""
+    return os.path.realpath(sys.executable)
+
+
+def _keep_dirs() -> list[str]:
+    """Directories the sandboxed interpreter needs: its installation prefix (stdlib, libpython)."""
+    out = [os.path.realpath(sys.base_prefix)]
+    exe_dir = os.path.dirname(_interpreter())
+    if not any(_under(exe_dir, k) for k in out):
+        out.append(exe_dir)
+    return out
+
+
+def _hidden_dirs(workdir: str | None = None) -> list[str]:
+    """Directories the program must not read: home directories, the project, its venv, caches and data.
+
+    `/tmp`, `/var/tmp`, `/dev/shm` and `/run` are replaced by empty tmpfs anyway. System directories and
+    ancestors of the working directory are never hidden.
+    """
+    project = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    cands = ["/root", "/home", os.path.expanduser("~"), project, sys.prefix,
+             os.environ.get("RELAXSPEC_CACHE"), os.environ.get("RELAXSPEC_DATA")]
+    system = ("/", "/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev", "/tmp",
+              "/var", "/run", "/opt")
+    real: list[str] = []
+    for c in cands:
+        if not c:
+            continue
+        r = os.path.realpath(os.path.expanduser(c))
+        if r in system or not os.path.isdir(r) or any(_under(s, r) for s in system if s != "/"):
+            continue
+        if workdir and _under(workdir, r):
+            continue
+        real.append(r)
+    real.sort(key=len)
+    out: list[str] = []
+    for r in real:
+        if not any(_under(r, o) for o in out):
+            out.append(r)
+    return out
+
+
+def _ns_command(workdir: str, py: list[str]) -> list[str]:
+    hide = _hidden_dirs(workdir)
+    keep = [k for k in _keep_dirs() if any(_under(k, h) for h in hide)]
+    return [*_UNSHARE, "/bin/sh", "-c", _NS_SETUP, "sh", workdir, "\n".join(hide), "\n".join(keep), *py]
+
 
 _NONCE_BYTES = 16
 _TAIL = 4000
@@ -192,9 +338,7 @@ def _namespace_ok() -> bool:
     if not (shutil.which("unshare") and shutil.which("setpriv") and shutil.which("mount")):
         return False
     with tempfile.TemporaryDirectory(prefix="relaxspec-probe-") as d:
-        cmd = ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "/bin/sh", "-c",
-               _NS_SETUP, "sh", os.path.realpath(d), sys.executable, "-I", "-S", "-B", "-c", "pass"]
-        return _probe(cmd)
+        return _probe(_ns_command(os.path.realpath(d), [_interpreter(), "-I", "-S", "-B", "-c", "pass"]))
 
 
 def _cgroup_root() -> str | None:
@@ -307,9 +451,13 @@ def run_program(
         "nproc": int(max_procs),
         "block_proc": iso["nproc"] == "audit-hook",
     }
-    py = [sys.executable, "-I", "-S", "-B", "-c", _PRELUDE, json.dumps(limits)]
     start = time.perf_counter()
     workdir = os.path.realpath(tempfile.mkdtemp(prefix="relaxspec-sbx-"))
+    if iso["mode"] == "namespace":  # hiding is done by the mount namespace
+        limits.update(hide=[], keep=[], guard_proc=False)
+    else:
+        limits.update(hide=_hidden_dirs(workdir), keep=_keep_dirs(), guard_proc=True)
+    py = [_interpreter(), "-I", "-S", "-B", "-c", _PRELUDE, json.dumps(limits)]
     outdir = tempfile.mkdtemp(prefix="relaxspec-sbx-out-")  # parent-only: the program cannot reach it
     cg: str | None = None
     try:
@@ -324,8 +472,7 @@ def run_program(
                         f.write(str(max_procs + 4))  # + sh, setpriv/env, unshare overhead
                 except OSError:
                     cg = None
-            inner = ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "/bin/sh", "-c",
-                     _NS_SETUP, "sh", workdir, *py]
+            inner = _ns_command(workdir, py)
             # The outer sh joins the cgroup before exec'ing unshare, so no descendant can escape the limit.
             cmd = ["/bin/sh", "-c", 'if [ -n "$1" ]; then echo $$ > "$1/cgroup.procs" || exit 97; fi; shift; '
                    'exec "$@"', "sh", cg or "", *inner]
@@ -373,6 +520,10 @@ def run_program(
             return SandboxResult(False, "memory", last or "killed by SIGKILL (likely out of memory)", rc, **common)
         if rc == 0:
             return SandboxResult(False, "failed", "exited before the tests finished", rc, **common)
+        sig = -rc if rc < 0 else rc - 128 if rc > 128 else 0
+        if sig and not last:
+            with contextlib.suppress(ValueError):
+                last = f"killed by signal {signal.Signals(sig).name}"
         return SandboxResult(False, "failed", last or f"exit status {rc}", rc, **common)
     finally:
         _cleanup_cgroup(cg)

@@ -76,17 +76,19 @@ class VerifyOutput:
 
 
 def as_float(t: Tensor) -> Tensor:
-    """Promote a tensor to at least float32 (float64 stays float64).
+    """Promote a tensor to at least float32 (float64 stays float64) and zero out NaN/inf entries.
+
+    NaN/inf probabilities (from NaN/inf logits) are treated as 0, so a fully NaN row behaves like a row with
+    no mass (see the empty-residual convention): no rule ever emits NaN.
 
     Args:
         t (Tensor): any floating tensor.
 
     Returns:
-        Tensor: ``t`` in float32, or unchanged if it is already float32/float64.
+        Tensor: ``t`` in float32 (or float64 if it was), with non-finite entries replaced by 0.
     """
-    if t.dtype in (torch.float32, torch.float64):
-        return t
-    return t.float()
+    t = t if t.dtype in (torch.float32, torch.float64) else t.float()
+    return torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def check_inputs(q: Tensor, p: Tensor, x: Tensor) -> tuple[int, int, int, bool]:
