@@ -23,6 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	# torch first, pinned: an unpinned torch (pulled by accelerate/deepspeed) would be a multi-GB CUDA build
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e '.[dev]'
+	$(PY) -m relaxspec.lm_eval install-hook  # lets `lm_eval --model relaxspec` find the model (see README)
 	DS_BUILD_OPS=0 $(PIP) install -q 'deepspeed>=0.19.8' torch==2.13.0
 	$(PY) -c "import torch, sys; v = torch.__version__; sys.exit(0 if v.startswith('2.13.0') else 'wrong torch ' + v)"
 	touch $@

@@ -349,7 +349,12 @@ def hydra_main(config_name: str, run: Callable[[DictConfig], Any]) -> Any:
             print(f"error: {_one_line(exc)}", file=sys.stderr)
             if HydraConfig.get().mode == RunMode.RUN:
                 sys.exit(2)
-            raise  # multirun: this job fails; the launcher reports it
+            if cfg.get("output_dir"):  # multirun: mark this job failed, let the sweep go on
+                from relaxspec.distributed import mark_failed
+
+                mark_failed(cfg.output_dir, exc)
+                return None
+            raise
 
     return _main()
 

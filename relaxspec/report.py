@@ -33,9 +33,15 @@ def report(path: str | Path, out: str | Path | None = None, allow_missing: bool 
     if not path.exists():
         print(f"error: {path} does not exist", file=sys.stderr)
         return 2, []
+    from relaxspec.distributed import failed_jobs
+
+    failed = failed_jobs(path)
+    for d, err in failed:
+        print(f"failed job: {d}: {err}", file=sys.stderr)
     runs = find_run_dirs(path)
     if not runs:
-        print(f"error: no run directories (metrics.json + config.yaml) under {path}", file=sys.stderr)
+        print(f"error: no run directories (metrics.json + config.yaml) under {path} ({len(failed)} failed job(s))",
+              file=sys.stderr)
         return 2, []
     cells = load_all(path)
     tables, missing, warnings = build_tables(cells)

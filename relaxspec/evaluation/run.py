@@ -17,6 +17,18 @@ Scoring runs after each (batch, method) generation with ``task.score_many`` (Hum
 in parallel there), never inside the timed region. Several ``run(cfg)`` calls in one process (a Hydra
 multirun, the demo) reuse the loaded pair when its config is unchanged.
 
+Data-parallel (``torchrun --nproc_per_node N evaluate.py ...``, see `relaxspec.distributed`): example ``i``
+goes to rank ``i % N``; each rank appends its records to ``samples.rank<r>.jsonl`` (same atomic appends);
+rank 0 waits at a barrier, folds every ``samples.rank*.jsonl`` into ``samples.jsonl`` (first record of each
+(example, method) wins; the rank files are then removed) and writes ``metrics.json``. Only rank 0 logs (W&B).
+The generator of a batch is seeded from its *global* index, so at batch size 1 the outputs are the same for
+any N, sampled or greedy. Resume works across any N: every rank skips the pairs found in ``samples.jsonl``
+and in any rank file. Pass ``hydra.run.dir=...`` under torchrun (rank 0's directory is broadcast anyway).
+
+Failed jobs: when ``run(cfg)`` raises, ``FAILED`` and ``error.txt`` are written into the run directory
+(`relaxspec.distributed.mark_failed`); in a Hydra multirun the job then returns ``{"failed": ...}`` so the
+other jobs of the sweep keep running, and ``python -m relaxspec.report`` lists it. A single run re-raises.
+
 Knobs read with defaults (add them to conf/evaluate.yaml to override without ``++``): ``warmup`` (untimed
 warm-up generations per method), ``warmup_tokens`` (their length; null = max_new_tokens), ``train_task``
 (tags a run with the task its DIVERSED head was trained on; default: read from the head, see
@@ -38,6 +50,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from relaxspec import distributed as dist
 from relaxspec.config import ConfigError, load_method
 from relaxspec.decoding.generate import StopChecker
 from relaxspec.decoding.lm import CausalLM
@@ -185,14 +198,20 @@ class Harness:
         self.cfg = cfg
         self.out = out_dir
         self.task = build_task(cfg.dataset)
-        self.examples = self.task.examples(split=cfg.dataset.get("split"), limit=cfg.dataset.get("limit"),
-                                           seed=cfg.dataset.get("seed"))
-        if not self.examples:
+        self.all_examples = self.task.examples(split=cfg.dataset.get("split"), limit=cfg.dataset.get("limit"),
+                                               seed=cfg.dataset.get("seed"))
+        if not self.all_examples:
             raise ConfigError(f"dataset '{cfg.dataset.name}' has no examples (split={cfg.dataset.get('split')})")
+        self.rank, self.world = dist.rank(), dist.world_size()
+        self.index = {ex["id"]: i for i, ex in enumerate(self.all_examples)}
+        self.examples = dist.shard(self.all_examples, self.rank, self.world)  # example i -> rank i % world
         self.method_cfgs = method_configs(cfg)
         self.max_new = _max_new_tokens(cfg)
-        self.samples_path = out_dir / "samples.jsonl"
-        self.done = {(r["id"], r["method"]) for r in read_jsonl(self.samples_path)}
+        self.merged_path = out_dir / "samples.jsonl"
+        self.samples_path = self.merged_path if self.world == 1 else out_dir / f"samples.rank{self.rank}.jsonl"
+        if self.world == 1:
+            self.merge_rank_files()  # left over by an interrupted data-parallel run
+        self.done = {(r["id"], r["method"]) for p in [self.merged_path, *self.rank_files()] for r in read_jsonl(p)}
         self.pair = _cached_pair(cfg.pair, load_pair)
         lms = {"target": CausalLM(self.pair.target), "draft": CausalLM(self.pair.draft)}
         k = int(cfg.decode.draft_length)
@@ -217,7 +236,7 @@ class Harness:
         limit = self.pair.context_length
         k_max = max([int(self.cfg.decode.draft_length)] + [int(getattr(m, "max_draft_len", 0)) for m in self.methods])
         extra = self.max_new + k_max + 2
-        for ex in self.examples:
+        for ex in self.all_examples:  # every rank checks all examples, so all fail (or pass) together
             n = len(self.prompt_ids(ex, [""] * (self.task.num_turns(ex) - 1)))
             if n + extra * self.task.num_turns(ex) > limit:
                 raise ConfigError(
@@ -260,7 +279,7 @@ class Harness:
 
     def warmup(self, n: int, tokens: int | None = None) -> None:
         """``n`` untimed generations per method on the first example (``tokens`` new tokens each)."""
-        if n <= 0:
+        if n <= 0 or not self.examples:
             return
         ex = self.examples[:1]
         saved = self.max_new
@@ -279,7 +298,7 @@ class Harness:
         todo = sum(1 for ex in self.examples for m in self.methods if (ex["id"], m.name) not in self.done)
         log.info("%d examples x %d methods, %d pairs to run (%d already done)", len(self.examples),
                  len(self.methods), todo, len(self.done))
-        logger = build_logger(_logger_cfg(cfg, [m.name for m in self.methods]), self.out, cfg)
+        logger = build_logger(_logger_cfg(cfg, [m.name for m in self.methods]), self.out, cfg, rank=self.rank)
         try:
             if todo:
                 t0 = time.perf_counter()
@@ -289,8 +308,11 @@ class Harness:
 
             n_todo_ex = sum(1 for ex in self.examples if any((ex["id"], m.name) not in self.done
                                                                  for m in self.methods))
-            ex_bar = tqdm(total=n_todo_ex, desc="examples", unit="ex", disable=todo == 0, position=0)
-            for b, batch in enumerate(batches):
+            ex_bar = tqdm(total=n_todo_ex, desc="examples" if self.world == 1 else f"examples (rank {self.rank})",
+                          unit="ex", disable=todo == 0, position=0)
+            for b_local, batch in enumerate(batches):
+                # the global batch index (seeds, method rotation): at batch size 1 the same for any world size
+                b = b_local if self.world == 1 else self.index[batch[0]["id"]] // bs
                 order = self.methods[b % len(self.methods):] + self.methods[: b % len(self.methods)]
                 todo_b = [m for m in order if any((ex["id"], m.name) not in self.done for ex in batch)]
                 if not todo_b:
@@ -311,13 +333,48 @@ class Harness:
                 m_bar.close()
                 ex_bar.update(sum(1 for ex in batch if any((ex["id"], m.name) in self.done for m in todo_b)))
             ex_bar.close()
+            if self.world > 1:
+                dist.barrier()  # every rank's records are on disk
+                if self.rank != 0:
+                    return {}
+                self.merge_rank_files()
             metrics = self.finalize()
             logger.summary(summary_metrics(metrics))
-            logger.table("samples", [_flat_record(r) for r in read_jsonl(self.samples_path)])
-            logger.artifact("results", [self.out / "metrics.json", self.samples_path, self.out / "config.yaml"])
+            logger.table("samples", [_flat_record(r) for r in read_jsonl(self.merged_path)])
+            logger.artifact("results", [self.out / "metrics.json", self.merged_path, self.out / "config.yaml"])
         finally:
             logger.finish()
         return metrics
+
+    def rank_files(self) -> list[Path]:
+        return sorted(self.out.glob("samples.rank*.jsonl"))
+
+    def merge_rank_files(self) -> None:
+        """Fold every ``samples.rank*.jsonl`` into ``samples.jsonl`` (atomically), then remove them.
+
+        Records already in samples.jsonl keep their place; new ones follow in global example order and
+        method order. The first record of each (example, method) wins, so a crash between the rewrite and
+        the removal only leaves duplicates that the next merge drops.
+        """
+        files = self.rank_files()
+        if not files:
+            return
+        merged = read_jsonl(self.merged_path)
+        seen = {(r.get("id"), r.get("method")) for r in merged}
+        order = {m.name: j for j, m in enumerate(self.method_cfgs)}
+        new = []
+        for p in files:
+            for r in read_jsonl(p):
+                key = (r.get("id"), r.get("method"))
+                if key not in seen:
+                    seen.add(key)
+                    new.append(r)
+        new.sort(key=lambda r: (self.index.get(r.get("id"), len(self.index)), order.get(r.get("method"), len(order))))
+        atomic_write_text(self.merged_path, "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n"
+                                                    for r in merged + new))
+        for p in files:
+            p.unlink(missing_ok=True)
+        log.info("merged %d records from %d rank file(s) into %s", len(new), len(files), self.merged_path)
 
     def _record(self, ex, method, turns, scores, wall, split, n_batch, batch_idx) -> dict[str, Any]:
         stats: dict[str, Any] = {}
@@ -346,9 +403,9 @@ class Harness:
 
     def finalize(self) -> dict[str, Any]:
         names = {m.name for m in self.methods}
-        ids = {ex["id"] for ex in self.examples}
+        ids = {ex["id"] for ex in self.all_examples}
         records, seen = [], set()
-        for r in read_jsonl(self.samples_path):  # first record of each (example, method) wins
+        for r in read_jsonl(self.merged_path):  # first record of each (example, method) wins
             key = (r.get("id"), r.get("method"))
             if key[0] in ids and key[1] in names and key not in seen:
                 seen.add(key)
@@ -366,7 +423,7 @@ class Harness:
             mm["train_task"] = (self.cfg.get("train_task") or mm["head"]["task"]) if m.head is not None else None
             per_method[m.name] = mm
         add_relative_metrics(per_method, records)
-        missing = [f"{ex['id']}/{m.name}" for ex in self.examples for m in self.methods
+        missing = [f"{ex['id']}/{m.name}" for ex in self.all_examples for m in self.methods
                    if (ex["id"], m.name) not in seen]
         metrics = {
             "schema_version": SCHEMA_VERSION,
@@ -374,7 +431,7 @@ class Harness:
             "missing": missing,
             "task": {"name": self.cfg.dataset.name, "version": self.cfg.dataset.get("version"),
                      "split": self.cfg.dataset.get("split"), "limit": self.cfg.dataset.get("limit"),
-                     "n_examples": len(self.examples),
+                     "n_examples": len(self.all_examples),
                      "primary_metric": getattr(self.task, "primary_metric", None)},
             "baseline": "ar",
             # speed numbers are only comparable at batch size 1 (Lesson 10); batched runs are quality runs
@@ -394,6 +451,7 @@ class Harness:
                 max_new_tokens=self.max_new,
                 timing={"warmup": int(self.cfg.get("warmup", 1)), "warmup_tokens": self.cfg.get("warmup_tokens"),
                         "interleaved": True, "batch_size": int(self.cfg.decode.batch_size),
+                        "world_size": self.world,
                         "clock": "time.perf_counter, cuda-synchronized; tokenisation, detokenisation and "
                                  "scoring outside the timed region"},
                 command=list(sys.argv),
@@ -463,20 +521,55 @@ def check_resume_config(out: Path, cfg: DictConfig) -> None:
                               f"(was {json.dumps(old[key], default=str)[:200]})")
 
 
+def _multirun() -> bool:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return str(HydraConfig.get().mode) == "RunMode.MULTIRUN"
+    except (ImportError, ValueError):
+        return False
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
-    """Entry point of ``evaluate.py``: returns metrics.json's content."""
+    """Entry point of ``evaluate.py``: returns metrics.json's content ({} on ranks > 0).
+
+    On failure writes ``FAILED`` + ``error.txt`` into the run dir; in a Hydra multirun the job then returns
+    ``{"failed": True, "error": ..., "output_dir": ...}`` instead of raising, so the sweep goes on.
+    """
+    out = Path(cfg.output_dir)
+    try:
+        dist.init_process_group()
+        out = Path(dist.broadcast_object(str(out)))  # every rank writes where rank 0 does
+        metrics = _run(cfg, out)
+    except Exception as exc:
+        if dist.is_main():
+            dist.mark_failed(out, exc)
+        if not _multirun():
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        print(f"error: job failed ({out}): {type(exc).__name__}: {first}", file=sys.stderr)
+        log.error("job failed (%s)", out, exc_info=exc)
+        return {"failed": True, "error": f"{type(exc).__name__}: {first}", "output_dir": str(out)}
+    if dist.is_main():
+        dist.clear_failed(out)
+    return metrics
+
+
+def _run(cfg: DictConfig, out: Path) -> dict[str, Any]:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     _seed_everything(int(cfg.seed))
-    out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     check_resume_config(out, cfg)
-    atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    if dist.is_main():
+        atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     harness = Harness(cfg, out)
     metrics = harness.run()
+    if not dist.is_main():
+        return metrics
     for line in summary_lines(metrics):
         print(line)
-    first = harness.examples[0]
-    for r in read_jsonl(harness.samples_path):
+    first = harness.all_examples[0]
+    for r in read_jsonl(harness.merged_path):
         if r["id"] == first["id"]:
             print(f"[{r['method']}] {first['id']}: {r['completion'][:300]!r}")
     print(f"results: {out}")

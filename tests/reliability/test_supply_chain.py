@@ -114,7 +114,7 @@ def test_no_pickle_loading(observe):
                 bad.append(f"{where} {owner}.{name}")
             if owner in ("np", "numpy") and name == "load" and _kw(node, "allow_pickle") not in (None, False):
                 bad.append(f"{where} np.load(allow_pickle=...)")
-        for m in re.finditer(r"pytorch_model\.bin|\.bin['\"]\s*\)|\.pt['\"]\s*\)|\.pth['\"]", text):
+        for m in re.finditer(r"pytorch_model\.bin|\.bin['\"]\s*\)|\.pt['\"]\s*\)|\.pth['\"]\s*\)", text):
             line = text.count("\n", 0, m.start()) + 1
             bad.append(f"{rel}:{line} model file pattern {m.group(0)!r}")
     observe(SECTION, "no pickle-based loading in the package (AST scan of relaxspec/, train.py, evaluate.py)",
