@@ -1,6 +1,6 @@
 """The demo (``make demo``): AR, SD, the static ensemble and DIVERSED on small GSM8K and HumanEval runs.
 
-    python -m relaxspec.demo                          # 3 + 3 examples, 96 new tokens, T=1, ~10-20 min on 2 cores
+    python -m relaxspec.demo                          # 3 + 3 examples, 224 new tokens, T=1, ~12 min on 2 cores
     python -m relaxspec.demo --limit 10 --max-new-tokens 128 --out outputs/demo/big
 
 Runs the embedded Qwen2.5-Coder 0.5B/1.5B pair (``pair=qwen25_coder``, CPU backends ``auto``) through the
@@ -66,7 +66,8 @@ def compose(overrides: list[str]):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m relaxspec.demo", description=__doc__.split("\n")[0])
     ap.add_argument("--limit", type=int, default=3, help="examples per dataset (default 3)")
-    ap.add_argument("--max-new-tokens", type=int, default=96, help="new tokens per example (default 96)")
+    ap.add_argument("--max-new-tokens", type=int, default=224,
+                    help="new tokens per example (default 224: enough for most answers to finish)")
     ap.add_argument("--datasets", default="gsm8k,humaneval", help="comma-separated (default gsm8k,humaneval)")
     ap.add_argument("--temperature", type=float, default=1.0, help="decode temperature (default 1.0, Table 1)")
     ap.add_argument("--pair", default="qwen25_coder", help="pair config (default the embedded qwen25_coder)")
