@@ -5,12 +5,14 @@ from __future__ import annotations
 import glob
 import json
 import os
+import random
 import signal
 import subprocess
 import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from eval_helpers import PROMPTS, ROOT, compose_eval, evaluate_cmd, prompts_override, run_evaluate
 
 from relaxspec.evaluation import run
@@ -45,7 +47,11 @@ def test_methods_list_one_line_per_example_and_method(tmp_path):
     assert (tmp_path / "samples.jsonl").read_text() == before
 
 
-def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path, seed):
+    """SIGKILL at a seeded random point (after 2..10 of 16 records, plus a random delay), then resume."""
+    rng = random.Random(seed)
+    kill_at, delay = rng.randint(2, 10), rng.uniform(0.0, 0.1)
     overrides = [*TINY, prompts_override(PROMPTS[:8]), "methods=[ar,sd]", "decode.max_new_tokens=10"]
     killed = tmp_path / "killed"
     proc = subprocess.Popen(evaluate_cmd(killed, overrides), cwd=ROOT, stdout=subprocess.DEVNULL,
@@ -53,14 +59,15 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
     samples = killed / "samples.jsonl"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
-        if samples.is_file() and len(samples.read_bytes().splitlines()) >= 4:
+        if samples.is_file() and len(samples.read_bytes().splitlines()) >= kill_at:
             break
         time.sleep(0.02)
+    time.sleep(delay)
     assert proc.poll() is None, "the run finished before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     n_killed = len(read_jsonl(samples))
-    assert 4 <= n_killed < 16
+    assert kill_at <= n_killed < 16
     for line in samples.read_text().splitlines():  # only complete lines
         json.loads(line)
     metrics = killed / "metrics.json"
