@@ -34,3 +34,17 @@ def real_pair():
     from relaxspec.models.pairs import load_pair
 
     return load_pair(OmegaConf.load(ROOT / "conf" / "pair" / "qwen25_coder.yaml"))
+
+
+@pytest.fixture(autouse=True)
+def _restore_process_group_env():
+    """In-process trainers set RANK/WORLD_SIZE/MASTER_* like a launcher would; keep that out of later tests
+    (a subprocess inheriting them would believe it was started by a launcher)."""
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    saved = {k: os.environ.get(k) for k in keys}
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -25,8 +25,15 @@ def _cmd(out: Path, *extra: str) -> list[str]:
     return [sys.executable, "train.py", *ARGS, f"output_dir={out}", f"hydra.run.dir={out}", *extra]
 
 
+def _env() -> dict[str, str]:
+    """A plain `python train.py` environment: no process-group variables inherited from this test process
+    (an in-process trainer test may have set them, and its TCP store may still hold the port)."""
+    drop = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"}
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
 def _run(out: Path, *extra: str) -> None:
-    res = subprocess.run(_cmd(out, *extra), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(_cmd(out, *extra), cwd=ROOT, capture_output=True, text=True, timeout=600, env=_env())
     assert res.returncode == 0, res.stderr[-3000:]
 
 
@@ -43,7 +50,7 @@ def test_sigkill_then_resume_reaches_the_same_head(tmp_path, reference, seed):
     kill_after_step = rng.choice([1, 2, 3])  # total 4 optimizer steps over 2 rounds
     out = tmp_path / "run"
     proc = subprocess.Popen(_cmd(out), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True, env=_env())
     deadline = time.time() + 600
     target = out / "checkpoints" / f"step_{kill_after_step}"
     while not target.exists() and proc.poll() is None and time.time() < deadline:
