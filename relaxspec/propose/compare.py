@@ -10,7 +10,6 @@ drift cancels. LibraSpec uses the cached cost profile of the pair (measured firs
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
@@ -98,9 +97,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{n:22s} " + "  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
     info = {"pair": pair.info, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "reps": args.reps,
             "threads": torch.get_num_threads(), "profile": str(profile_path(pair)), "rows": table}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(info, f, indent=1)
+    if args.out:  # a JSON file path; its folder is created
+        from relaxspec.utils.io import atomic_write_json
+
+        atomic_write_json(args.out, info)
     return info
 
 
