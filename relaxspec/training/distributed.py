@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["DistInfo", "all_mean", "barrier", "init_distributed"]
+__all__ = ["DistInfo", "all_mean", "init_distributed"]
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,6 @@ def init_distributed() -> DistInfo:
         deepspeed.init_distributed(dist_backend=backend)
     return DistInfo(rank=torch.distributed.get_rank(), local_rank=local_rank,
                     world_size=torch.distributed.get_world_size(), backend=backend, launched=launched)
-
-
-def barrier() -> None:
-    if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-        torch.distributed.barrier()
 
 
 def all_mean(value: float, device: torch.device) -> float:

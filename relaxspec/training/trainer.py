@@ -42,6 +42,7 @@ from omegaconf import DictConfig, OmegaConf
 from relaxspec.decoding.generate import StopChecker, generate_speculative
 from relaxspec.decoding.lm import CausalLM
 from relaxspec.decoding.sampling import SamplingParams
+from relaxspec.distributed import barrier
 from relaxspec.models.pairs import Pair, hidden_size, load_pair
 from relaxspec.models.weight_head import WeightHead
 from relaxspec.training import cache as pair_cache
@@ -51,7 +52,7 @@ from relaxspec.training.config import (
     total_optimizer_steps,
     validate_trainer,
 )
-from relaxspec.training.distributed import DistInfo, all_mean, barrier, init_distributed
+from relaxspec.training.distributed import DistInfo, all_mean, init_distributed
 from relaxspec.training.objective import RunningBaseline, diversed_loss, log_nu, sequence_sum
 from relaxspec.utils.io import atomic_write_json, atomic_write_text
 from relaxspec.utils.logging import MetricLogger, build_logger
