@@ -338,6 +338,7 @@ class Harness:
                 if self.rank != 0:
                     return {}
                 self.merge_rank_files()
+            self.add_fidelity()
             metrics = self.finalize()
             logger.summary(summary_metrics(metrics))
             logger.table("samples", [_flat_record(r) for r in read_jsonl(self.merged_path)])
@@ -345,6 +346,67 @@ class Harness:
         finally:
             logger.finish()
         return metrics
+
+    def reference_method(self) -> str | None:
+        """Name of the target's own autoregressive method in this run (``rule: null``, e.g. ``ar``), if any."""
+        return next((str(m.name) for m in self.method_cfgs if m.get("rule") is None), None)
+
+    def add_fidelity(self) -> None:
+        """Fidelity of every record to the target (``dataset.fidelity: true``; METHODS-VARIANTS §9.4).
+
+        Computed after generation and kept apart from it (nothing here is timed), on rank 0, into each
+        record's ``scores``:
+
+        * ``target_nll_turn<t>`` / ``target_nll``: the target's mean per-token NLL (nats) of the method's own
+          answer given that turn's prompt (turn 2's prompt holds the method's own first answer), teacher-forced;
+          ``target_nll`` is token-weighted over the turns;
+        * ``rouge_l_turn<t>`` / ``rouge_l``: ROUGE-L F of the answer against the target's own autoregressive
+          answer to the same example in this run (the method with ``rule: null``, i.e. ``ar``; mean over turns).
+          Not given for the AR method itself, nor when the run has no AR method (a warning says so).
+
+        Records that already have ``target_nll`` are kept as they are (a resumed run does not recompute), and
+        ``samples.jsonl`` is rewritten atomically after every example, so a kill loses at most one example.
+        """
+        if not self.cfg.dataset.get("fidelity"):
+            return
+        from relaxspec.tasks.fidelity import rouge_l, target_nll
+
+        records = read_jsonl(self.merged_path)
+        ref = self.reference_method()
+        if ref is None:
+            log.warning("fidelity: no autoregressive method (rule: null) in this run, so no ROUGE-L against the "
+                        "target's own answer (add ar to methods=[...]); target NLL only")
+        by_key = {(r.get("id"), r.get("method")): r for r in records}
+        todo = [r for r in records if r.get("id") in self.index and "target_nll" not in r.get("scores", {})]
+        if not todo:
+            return
+        examples = {ex["id"]: ex for ex in self.all_examples}
+        t0 = time.perf_counter()
+        from tqdm.auto import tqdm
+
+        for ex_id in tqdm(list(dict.fromkeys(r["id"] for r in todo)), desc="fidelity", unit="ex"):
+            ex = examples[ex_id]
+            ref_rec = by_key.get((ex_id, ref)) if ref is not None else None
+            for r in (r for r in todo if r["id"] == ex_id):
+                completions = [t["completion"] for t in r["turns"]]
+                extra: dict[str, float] = {}
+                nll_sum, n_tok = 0.0, 0
+                for t, turn in enumerate(r["turns"]):
+                    prompt = self.prompt_ids(ex, completions[:t])
+                    nll = target_nll(self.pair.target, prompt, turn["tokens"])
+                    extra[f"target_nll_turn{t + 1}"] = nll
+                    if turn["tokens"]:
+                        nll_sum, n_tok = nll_sum + nll * len(turn["tokens"]), n_tok + len(turn["tokens"])
+                extra["target_nll"] = nll_sum / n_tok if n_tok else float("nan")
+                if ref_rec is not None and r["method"] != ref:
+                    ref_turns = [t["completion"] for t in ref_rec["turns"]]
+                    rl = [rouge_l(c, c_ref) for c, c_ref in zip(completions, ref_turns, strict=False)]
+                    extra.update({f"rouge_l_turn{t + 1}": v for t, v in enumerate(rl)})
+                    extra["rouge_l"] = sum(rl) / len(rl) if rl else float("nan")
+                r["scores"] = {**r.get("scores", {}), **extra}
+            atomic_write_text(self.merged_path, "".join(json.dumps(x, default=str, ensure_ascii=False) + "\n"
+                                                        for x in records))
+        log.info("fidelity of %d records: %.1f s", len(todo), time.perf_counter() - t0)
 
     def rank_files(self) -> list[Path]:
         return sorted(self.out.glob("samples.rank*.jsonl"))

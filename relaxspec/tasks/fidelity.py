@@ -6,6 +6,9 @@
   generated answer given the prompt, in one teacher-forced forward pass. It takes token-id tensors, not strings,
   so it is independent of any tokenizer and must be given ids in the target's vocabulary.
 
+The evaluation harness computes both for every record when `dataset.fidelity: true` (MT-Bench), see
+`relaxspec.evaluation.run.Harness.add_fidelity`.
+
 Not covered: BLEU, batching several answers into one pass, KV-cache reuse from generation.
 """
 
@@ -53,7 +56,11 @@ def target_nll(model: Any, prompt_ids: Any, answer_ids: Any) -> float:
     except (AttributeError, StopIteration):
         device = p.device
     ids = torch.cat([p, a]).unsqueeze(0).to(device)
+    keep = a.numel() + 1  # logits of the last prompt position and of every answer position (a 152k vocabulary)
     with torch.no_grad():
-        logits = model(input_ids=ids).logits
-    logits = logits[0, p.numel() - 1 : -1].float()  # position t predicts token t + 1
+        try:
+            logits = model(input_ids=ids, logits_to_keep=keep).logits
+        except TypeError:  # a model without `logits_to_keep`
+            logits = model(input_ids=ids).logits
+    logits = logits[0, -keep:-1].float()  # position t predicts token t + 1
     return float(torch.nn.functional.cross_entropy(logits, a.to(logits.device), reduction="mean"))

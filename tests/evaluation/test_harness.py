@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 from eval_helpers import PROMPTS, ROOT, compose_eval, evaluate_cmd, prompts_override, run_evaluate
 
 from relaxspec.evaluation import run
@@ -154,3 +155,60 @@ def test_resume_refuses_a_different_config(tmp_path):
     # adding a method to the same run dir is fine
     run(compose_eval(tmp_path, [*TINY, "methods=[ar,sd]", "dataset.limit=1", "decode.max_new_tokens=4"]))
     assert len(read_jsonl(tmp_path / "samples.jsonl")) == 2
+
+
+def _mt_bench_dir(root: Path) -> Path:
+    """Two FastChat-layout questions: one greedy (math, T=0), one sampled (writing, T=0.7)."""
+    root.mkdir(parents=True)
+    rows = [{"question_id": 1, "category": "math", "turns": ["What is 2 + 3?", "And times 4?"]},
+            {"question_id": 2, "category": "writing", "turns": ["Write a haiku.", "Make it sadder."]}]
+    (root / "question.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
+def test_mt_bench_fidelity_scores_every_record_against_the_target(tmp_path):
+    from relaxspec.models.pairs import load_pair
+    from relaxspec.tasks.fidelity import rouge_l, target_nll
+
+    data = _mt_bench_dir(tmp_path / "mtb")
+    cfg = compose_eval(tmp_path / "run", ["pair=tiny", "dataset=mt_bench", f"dataset.path={data}", "warmup=0",
+                                          "methods=[ar,sd,static_ensemble]", "decode.max_new_tokens=6"])
+    metrics = run(cfg)
+    recs = {(r["id"], r["method"]): r for r in read_jsonl(tmp_path / "run" / "samples.jsonl")}
+    assert len(recs) == 6
+    pair = load_pair(cfg.pair)  # the tiny pair is seeded: the same weights as the harness's copy
+    for (ex_id, method), r in recs.items():
+        sc, turns = r["scores"], r["turns"]
+        q = {"mt_bench/1": ["What is 2 + 3?", "And times 4?"], "mt_bench/2": ["Write a haiku.", "Make it sadder."]}
+        # turn 2 is scored given the method's OWN first answer, exactly as it was generated
+        msgs = [{"role": "user", "content": q[ex_id][0]}, {"role": "assistant", "content": turns[0]["completion"]},
+                {"role": "user", "content": q[ex_id][1]}]
+        want = target_nll(pair.target, torch.tensor(pair.render(msgs)), torch.tensor(turns[1]["tokens"]))
+        assert sc["target_nll_turn2"] == pytest.approx(want, rel=1e-4)
+        n1, n2 = len(turns[0]["tokens"]), len(turns[1]["tokens"])
+        assert sc["target_nll"] == pytest.approx((sc["target_nll_turn1"] * n1 + want * n2) / (n1 + n2), rel=1e-6)
+        if method == "ar":
+            assert "rouge_l" not in sc  # the reference itself
+        else:
+            ref = recs[(ex_id, "ar")]["turns"]
+            assert sc["rouge_l_turn1"] == rouge_l(turns[0]["completion"], ref[0]["completion"])
+            assert sc["rouge_l"] == pytest.approx((sc["rouge_l_turn1"] + sc["rouge_l_turn2"]) / 2)
+    # greedy question: SD reproduces AR, so it has the same NLL and full overlap
+    sd, ar = recs[("mt_bench/1", "sd")], recs[("mt_bench/1", "ar")]
+    assert sd["turns"][0]["tokens"] == ar["turns"][0]["tokens"]
+    assert sd["scores"]["target_nll_turn1"] == ar["scores"]["target_nll_turn1"]
+    q = metrics["methods"]["static_ensemble"]["quality"]
+    assert {"target_nll", "target_nll_ci_low", "rouge_l", "rouge_l_ci_high"} <= set(q)
+    # a rerun recomputes nothing
+    before = (tmp_path / "run" / "samples.jsonl").read_text()
+    run(cfg)
+    assert (tmp_path / "run" / "samples.jsonl").read_text() == before
+
+
+def test_fidelity_without_ar_gives_nll_only(tmp_path):
+    data = _mt_bench_dir(tmp_path / "mtb")
+    cfg = compose_eval(tmp_path / "run", ["pair=tiny", "dataset=mt_bench", f"dataset.path={data}", "warmup=0",
+                                          "dataset.limit=1", "methods=[sd]", "decode.max_new_tokens=4"])
+    run(cfg)
+    (rec,) = read_jsonl(tmp_path / "run" / "samples.jsonl")
+    assert rec["scores"]["target_nll"] > 0 and "rouge_l" not in rec["scores"]
