@@ -12,7 +12,7 @@ export WANDB_MODE ?= offline
 export WANDB_SILENT ?= true
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: help install models demo test test-fast test-real lint format bench clean
+.PHONY: help install models demo test test-fast test-real lint format bench overhead clean
 
 help: ## show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ format: install ## ruff format + fixes
 
 bench: install models ## benchmark on the embedded pair (speed goals live here, not in tests)
 	$(PY) -m relaxspec.bench
+
+overhead: install models ## where a speculative round's time goes (forwards vs softmax, rule, cache, control)
+	$(PY) -m relaxspec.overhead
 
 clean: ## remove run outputs (keeps .venv and the model cache)
 	rm -rf outputs multirun .pytest_cache

@@ -206,11 +206,6 @@ def generate_ar(
 Rule = Callable[..., Any]
 
 
-def _entropy(q: Tensor) -> Tensor:
-    """H(q) in nats per row of ``q[B, V]``."""
-    return -(q * torch.log(q.clamp_min(1e-30))).sum(-1)
-
-
 def _slice_state(state: dict[str, Tensor] | None, idx: Tensor) -> dict[str, Tensor] | None:
     if state is None:
         return None
@@ -364,7 +359,7 @@ def generate_speculative(
                 qj = probs(logits[:, -1], params)
                 qs.append(qj)
                 hqs.append(hid[:, -1])
-                step = StepInfo(j, qj.max(-1).values.cpu(), _entropy(qj).cpu())
+                step = StepInfo(j, qj.max(-1).values.cpu(), q=qj)  # entropy only if the policy reads it
                 admit = policy.admit(pstate, step).cpu() | (j <= policy.min_len)
                 active &= admit & (j <= budget)
                 if not bool(active.any()):

@@ -29,7 +29,6 @@ confidence -> ConfidencePolicy, entropy -> EntropyPolicy, libraspec -> LibraSpec
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -50,21 +49,32 @@ __all__ = [
 ]
 
 
-@dataclass
 class StepInfo:
     """What a policy may see about position j (1-based) of the current round, batched over rows.
 
     Attributes:
         j: position (1-based).
         conf: ``[B]`` proposer confidence c_j (draft model: max_v q_j(v); prompt lookup: its own estimate).
-        entropy: ``[B]`` entropy H(q_j) in nats (0 for a deterministic proposer).
+        entropy: ``[B]`` entropy H(q_j) in nats (0 for a deterministic proposer). Given directly, or computed
+            from ``q`` (``[B, V]``) on first access only: a pass over the vocabulary that most policies never need.
         token_prob: ``[B]`` q_j(x_j) of the drawn token; set only for ``extend`` (None in ``admit``).
     """
 
-    j: int
-    conf: Tensor
-    entropy: Tensor
-    token_prob: Tensor | None = None
+    __slots__ = ("_entropy", "_q", "conf", "j", "token_prob")
+
+    def __init__(self, j: int, conf: Tensor, entropy: Tensor | None = None, token_prob: Tensor | None = None, *,
+                 q: Tensor | None = None):
+        if entropy is None and q is None:
+            raise ValueError("StepInfo needs the entropy or the distribution q it is computed from")
+        self.j, self.conf, self.token_prob = j, conf, token_prob
+        self._entropy, self._q = entropy, q
+
+    @property
+    def entropy(self) -> Tensor:
+        if self._entropy is None:
+            q = self._q.float()
+            self._entropy = -(q * torch.log(q.clamp_min(1e-30))).sum(-1).cpu()
+        return self._entropy
 
 
 def select_state(state: dict[str, Any], keep: Sequence[int]) -> dict[str, Any]:
