@@ -4,7 +4,8 @@
     python -m relaxspec.bench --pair tiny --prompts 2 --max-new-tokens 16 --reps 1   # CI smoke
 
 Rows (each on the same prompts, interleaved per repetition so machine drift cancels):
-HF ``generate`` AR, HF assisted generation (same draft, same k, constant schedule), relaxspec AR, relaxspec SD
+HF ``generate`` AR, HF assisted generation (same draft, same k, constant schedule) on relaxspec's CPU backends
+and (``--hf-stock``, default) on a second copy of the pair with stock eager fp32 kernels, relaxspec AR, relaxspec SD
 (greedy and T=1), static ensemble and DIVERSED (untrained head unless ``--head``), at batch sizes 1, 4 and 8
 for relaxspec AR/SD. Per row: tokens/s, speedup vs relaxspec AR at the same batch size and temperature (the same
 target backend), τ, and whether greedy outputs equal relaxspec AR's. Per-forward costs are measured after a
@@ -115,7 +116,11 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         rows += [(f"relaxspec AR b{bs}", "ar", 0.0, bs), (f"relaxspec SD greedy b{bs}", "sd", 0.0, bs)]
     rows += [("relaxspec AR T=1", "ar", 1.0, 1), ("relaxspec SD T=1", "sd", 1.0, 1),
              ("static ensemble T=1", "static_ensemble", 1.0, 1), ("DIVERSED T=1", "diversed", 1.0, 1)]
-    hf_rows = [("HF generate AR", "hf_ar"), ("HF assisted", "hf_assisted")]
+    hf_rows: list[tuple[str, str, Any]] = [("HF generate AR", "hf_ar", pair), ("HF assisted", "hf_assisted", pair)]
+    if args.hf_stock:  # what a user of plain transformers gets: both models on the stock (eager fp32) kernels
+        stock_cfg = OmegaConf.merge(pair_cfg, {"draft": {"backend": "eager"}, "target": {"backend": "eager"}})
+        stock = load_pair(stock_cfg)
+        hf_rows += [("HF generate AR (stock)", "hf_ar", stock), ("HF assisted (stock)", "hf_assisted", stock)]
     results: dict[str, dict[str, Any]] = {}
     outputs: dict[tuple[str, int], list[int]] = {}
 
@@ -125,29 +130,29 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         r["seconds"] += seconds
         r["target_calls"] += calls
 
-    def hf_generate(kind: str, prompt: list[int]) -> list[int]:
+    def hf_generate(kind: str, prompt: list[int], hf_pair: Any = pair) -> list[int]:
         kw: dict[str, Any] = {"max_new_tokens": args.max_new_tokens, "do_sample": False,
-                              "eos_token_id": pair.eos_ids, "pad_token_id": pair.eos_ids[0]}
+                              "eos_token_id": hf_pair.eos_ids, "pad_token_id": hf_pair.eos_ids[0]}
         if kind == "hf_assisted":
-            gc = pair.draft.generation_config
+            gc = hf_pair.draft.generation_config
             gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = k, "constant"
             gc.assistant_confidence_threshold = 0.0
-            kw["assistant_model"] = pair.draft
-        out = pair.target.generate(torch.tensor([prompt]), **kw)
+            kw["assistant_model"] = hf_pair.draft
+        out = hf_pair.target.generate(torch.tensor([prompt]), **kw)
         return out[0, len(prompt):].tolist()
 
     # warm-up: one of each
     for _, m, t, _bs in rows[:2]:
         methods[m].generate(prompts[:1], params=SamplingParams(t), max_new_tokens=[8], stopper=stop)
-    for _, kind in hf_rows:
-        hf_generate(kind, prompts[0])
+    for _, kind, hp in hf_rows:
+        hf_generate(kind, prompts[0], hp)
     for rep in range(args.reps):
         gen = torch.Generator().manual_seed(rep)
         order = rows if rep % 2 == 0 else rows[::-1]
-        for label, kind in hf_rows:
+        for label, kind, hp in hf_rows:
             for i, p in enumerate(prompts):
                 t0 = time.perf_counter()
-                toks = hf_generate(kind, p)
+                toks = hf_generate(kind, p, hp)
                 record(label, len(toks), time.perf_counter() - t0)
                 outputs[(label, i)] = toks
         for label, m, temp, bs in order:
@@ -176,12 +181,15 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         if r.get("tau") and label.startswith(("relaxspec SD", "static", "DIVERSED")):
             r["bound"] = r["tau"] / (k * costs["c"] + costs["v"][k])
     hf_assist, sd1 = results.get("HF assisted"), results.get("relaxspec SD greedy b1")
+    hf_stock = results.get("HF assisted (stock)")
     summary = {
         "v(k+1)": costs["v"][k],
         "c": costs["c"],
         "sd_greedy_vs_ar": results["relaxspec SD greedy b1"].get("speedup_vs_relaxspec_ar"),
         "sd_greedy_vs_hf_assisted": (sd1["tokens_per_s"] / hf_assist["tokens_per_s"]) if hf_assist and sd1 else None,
     }
+    if hf_stock and sd1:
+        summary["sd_greedy_vs_hf_assisted_stock"] = sd1["tokens_per_s"] / hf_stock["tokens_per_s"]
     big = max(args.batch_sizes)
     if big > 1 and f"relaxspec SD greedy b{big}" in results:
         summary[f"sd_b{big}_vs_b1"] = results[f"relaxspec SD greedy b{big}"]["tokens_per_s"] / sd1["tokens_per_s"]
@@ -239,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8])
     ap.add_argument("--threads", type=int, default=max(1, torch.get_num_threads()))
     ap.add_argument("--head", default=None, help="trained DIVERSED head dir (default: untrained)")
+    ap.add_argument("--hf-stock", action=argparse.BooleanOptionalAction, default=True,
+                    help="also time HF generate / assisted on a second copy of the pair with stock (eager fp32) "
+                         "kernels, as plain transformers runs it (default: on)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     out = Path(args.out or f"outputs/bench/{time.strftime('%Y-%m-%d_%H-%M-%S')}")

@@ -17,6 +17,8 @@ def test_bench_runs_on_tiny_pair(tmp_path):
     assert res["rows"]["relaxspec SD greedy b1"]["identical_to_ar"] is True
     assert res["rows"]["HF generate AR"]["identical_to_ar"] is True
     assert res["rows"]["HF assisted"]["identical_to_ar"] is True
+    assert res["rows"]["HF assisted (stock)"]["identical_to_ar"] is True
+    assert res["summary"]["sd_greedy_vs_hf_assisted_stock"] > 0
     assert len(res["costs"]["target_ms"]) == 4
     assert (tmp_path / "bench.md").is_file() and (tmp_path / "cost_curves.png").is_file()
 
