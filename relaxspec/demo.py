@@ -9,8 +9,9 @@ pair loaded once), then `relaxspec.report` on the result: ``table.md``/``table.t
 
 DIVERSED's head, first found of: ``$RELAXSPEC_HEAD``; ``$RELAXSPEC_CACHE/heads/diversed_gsm8k_qwen25/head``;
 the newest ``outputs/train_diversed_gsm8k_qwen25/runs/*/head`` (what ``python train.py
-+experiment=diversed_gsm8k_qwen25`` writes). Without one, the untrained 0.5/0.5 head is used and the demo
-says so. Rerunning with the same ``--out`` resumes (finished (example, method) pairs are skipped).
++experiment=diversed_gsm8k_qwen25`` writes); the head shipped in the repository, ``heads/diversed_gsm8k_qwen25``
+(trained by that experiment; its ``head.json`` and ``TRAINING.md`` say how). Without any, the untrained 0.5/0.5
+head is used and the demo says so. Rerunning with the same ``--out`` resumes (finished (example, method) pairs are skipped).
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ def find_head() -> tuple[Path | None, str]:
                   key=lambda p: p.stat().st_mtime)
     if runs:
         return runs[-1].parent, f"newest trainer run ({runs[-1].parent})"
+    shipped = ROOT / "heads" / HEAD_EXPERIMENT
+    if (shipped / "head.json").is_file():
+        return shipped, f"shipped with the repository ({shipped.relative_to(ROOT)})"
     return None, "none found: UNTRAINED head (w = 0.5/0.5, i.e. the static ensemble at w_draft=0.5)"
 
 
