@@ -55,14 +55,14 @@ def _prompts(pair, n: int) -> list[list[int]]:
     return out[:n]
 
 
-def measure_costs(pair, k_max: int, prefill: int = 128, reps: int = 5) -> dict[str, Any]:
-    """Median forward times (s): target for 1..k_max tokens and draft for 1 token, after a prefill."""
+def measure_costs(pair, k_max: int, prefill: int = 128, reps: int = 5, batch: int = 1) -> dict[str, Any]:
+    """Median forward times (s): target for 1..k_max tokens and draft for 1 token, after a prefill, ``batch`` rows."""
     high = min(5000, len(pair.tokenizer) - 1)
-    ids = torch.randint(0, high, (1, prefill))
+    ids = torch.randint(0, high, (batch, prefill))
     lms = {"target": CausalLM(pair.target), "draft": CausalLM(pair.draft)}
     states = {}
     for role, lm in lms.items():
-        states[role] = lm.new_state(1)
+        states[role] = lm.new_state(batch)
         lm.forward(states[role], ids, keep=0)
     samples: dict[str, list[float]] = {f"target_{n}": [] for n in range(1, k_max + 1)}
     samples["draft_1"] = []
@@ -70,7 +70,7 @@ def measure_costs(pair, k_max: int, prefill: int = 128, reps: int = 5) -> dict[s
         for key in samples:
             role, n = key.split("_")
             lm, st = lms[role], states[role]
-            x = torch.randint(0, high, (1, int(n)))
+            x = torch.randint(0, high, (batch, int(n)))
             t0 = time.perf_counter()
             lm.forward(st, x, keep=int(n) if role == "target" else 1)
             samples[key].append(time.perf_counter() - t0)
@@ -84,7 +84,27 @@ def measure_costs(pair, k_max: int, prefill: int = 128, reps: int = 5) -> dict[s
         "v": [med[f"target_{n}"] / t1 for n in range(1, k_max + 1)],
         "c": med["draft_1"] / t1,
         "prefill": prefill,
+        "batch": batch,
     }
+
+
+def batch_scaling(pair, k: int, batch_sizes: list[int], reps: int = 3) -> dict[str, Any]:
+    """Per-forward costs at each batch size and what they allow, at equal tau, relative to batch 1.
+
+    ``ar_scaling[B]`` = B * T_t(1, 1) / T_t(B, 1) (AR tokens/s at B over B=1); ``sd_round_scaling[B]`` =
+    B * R(1) / R(B) with the round cost R(B) = k * T_d(B, 1) + T_t(B, k+1): the most SD at batch B can gain over
+    B=1 if tau were the same and nothing but the forwards cost time.
+    """
+    out: dict[str, Any] = {"batch_sizes": list(batch_sizes), "target_1_ms": {}, "target_k1_ms": {}, "draft_1_ms": {}}
+    for b in batch_sizes:
+        c = measure_costs(pair, k + 1, reps=reps, batch=b)
+        out["target_1_ms"][b], out["target_k1_ms"][b] = c["target_ms"][0], c["target_ms"][k]
+        out["draft_1_ms"][b] = c["draft_ms"]
+    r = {b: k * out["draft_1_ms"][b] + out["target_k1_ms"][b] for b in batch_sizes}
+    b0 = min(batch_sizes)
+    out["ar_scaling"] = {b: (b / b0) * out["target_1_ms"][b0] / out["target_1_ms"][b] for b in batch_sizes}
+    out["sd_round_scaling"] = {b: (b / b0) * r[b0] / r[b] for b in batch_sizes}
+    return out
 
 
 def _method_cfg(name: str, **over: Any):
@@ -166,6 +186,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
                 for j, o in enumerate(outs):
                     outputs[(label, start + j)] = o.tokens
     costs = measure_costs(pair, k + 1, reps=args.cost_reps)
+    scaling = batch_scaling(pair, k, args.batch_sizes, reps=args.cost_reps) if len(args.batch_sizes) > 1 else None
     reference = {i: outputs[("relaxspec AR b1", i)] for i in range(len(prompts))}
     for label, r in results.items():
         r["tokens_per_s"] = r["tokens"] / r["seconds"] if r["seconds"] else None
@@ -193,8 +214,10 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     big = max(args.batch_sizes)
     if big > 1 and f"relaxspec SD greedy b{big}" in results:
         summary[f"sd_b{big}_vs_b1"] = results[f"relaxspec SD greedy b{big}"]["tokens_per_s"] / sd1["tokens_per_s"]
+    if scaling is not None:
+        summary[f"sd_b{big}_vs_b1_forward_bound"] = scaling["sd_round_scaling"][big]
     return {"pair": pair.info, "k": k, "max_new_tokens": args.max_new_tokens, "prompts": len(prompts),
-            "reps": args.reps, "rows": results, "costs": costs, "summary": summary,
+            "reps": args.reps, "rows": results, "costs": costs, "batch_scaling": scaling, "summary": summary,
             "provenance": provenance()}
 
 
@@ -217,6 +240,14 @@ def write_report(res: dict[str, Any], out: Path) -> None:
               + ", ".join(f"{x:.0f}" for x in c["target_ms"]) + f"; draft T(1) = {c['draft_ms']:.0f} ms; "
               f"v(k+1) = {c['v'][-1]:.2f}; c = {c['c']:.3f}.", "",
               "Summary: " + ", ".join(f"{k} = {fmt(v, '.3f')}" for k, v in res["summary"].items())]
+    sc = res.get("batch_scaling")
+    if sc:
+        lines += ["", "Batch scaling from per-forward costs (128-token prefill per row; equal tau assumed):", "",
+                  "| B | target T(B,1) ms | target T(B,k+1) ms | draft T(B,1) ms | AR B-scaling | SD round B-scaling |",
+                  "|---|---|---|---|---|---|"]
+        for b in sc["batch_sizes"]:
+            lines.append(f"| {b} | {sc['target_1_ms'][b]:.0f} | {sc['target_k1_ms'][b]:.0f} | "
+                         f"{sc['draft_1_ms'][b]:.0f} | {sc['ar_scaling'][b]:.2f} | {sc['sd_round_scaling'][b]:.2f} |")
     atomic_write_text(out / "bench.md", "\n".join(lines) + "\n")
     import matplotlib
 

@@ -20,6 +20,8 @@ def test_bench_runs_on_tiny_pair(tmp_path):
     assert res["rows"]["HF assisted (stock)"]["identical_to_ar"] is True
     assert res["summary"]["sd_greedy_vs_hf_assisted_stock"] > 0
     assert len(res["costs"]["target_ms"]) == 4
+    sc = res["batch_scaling"]
+    assert sc["ar_scaling"]["1"] == 1.0 and sc["sd_round_scaling"]["2"] > 0 and sc["target_k1_ms"]["2"] > 0
     assert (tmp_path / "bench.md").is_file() and (tmp_path / "cost_curves.png").is_file()
 
 
