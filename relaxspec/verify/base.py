@@ -226,26 +226,75 @@ def residual(v: Tensor, q: Tensor) -> Tensor:
     return safe_normalize((v - q).clamp(min=0.0), v)
 
 
+_CDF_BLOCK = 256
+
+
 def sample_inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
     """Draw one token per row by inverse CDF: the first index whose cumulative mass exceeds ``u * total``.
 
     Zero-probability tokens are never returned (except for a row with no mass at all, which returns V-1).
-    ``probs`` need not be normalised.
+    ``probs`` need not be normalised. Two levels, so a 152k vocabulary is read once instead of being
+    cumsummed in float64: float64 sums of blocks of ``_CDF_BLOCK`` tokens, inverse CDF over the block sums,
+    then over the chosen block's tokens (the same token the flat float64 cumsum would pick, up to float64
+    rounding of the partial sums).
 
     Args:
-        probs (Tensor[B, V]): non-negative mass per row.
+        probs (Tensor[B, V]): non-negative mass per row (negative entries count as 0).
         u (Tensor[B]): uniforms in ``[0, 1)``.
 
     Returns:
         Tensor[B] long: sampled token ids.
     """
+    b, v = probs.shape
+    blk = _CDF_BLOCK
+    if v < 4 * blk:
+        return _inverse_cdf_flat(probs, u)
+    nb_full = v // blk
+    main = probs[:, : nb_full * blk].reshape(b, nb_full, blk)  # a view: rows are contiguous
+    sums = [main.clamp(min=0).sum(-1, dtype=torch.float64)]
+    if v > nb_full * blk:
+        sums.append(probs[:, nb_full * blk :].clamp(min=0).sum(-1, dtype=torch.float64, keepdim=True))
+    bsum = torch.cat(sums, dim=1) if len(sums) > 1 else sums[0]  # [B, nb]
+    bcdf = bsum.cumsum(-1)
+    t = u.to(torch.float64) * bcdf[:, -1]
+    blk_idx = torch.searchsorted(bcdf, t.unsqueeze(-1), right=True).squeeze(-1).clamp(max=bsum.shape[1] - 1)
+    # step back over empty blocks rounding may land on (t == the running total)
+    while True:
+        empty = (bsum.gather(-1, blk_idx.unsqueeze(-1)).squeeze(-1) <= 0) & (blk_idx > 0)
+        if not bool(empty.any()):
+            break
+        blk_idx = torch.where(empty, blk_idx - 1, blk_idx)
+    before = bcdf.gather(-1, blk_idx.unsqueeze(-1)).squeeze(-1) - bsum.gather(-1, blk_idx.unsqueeze(-1)).squeeze(-1)
+    start = blk_idx * blk
+    cols = start.unsqueeze(-1) + torch.arange(blk, device=probs.device)
+    inside = cols < v
+    chunk = probs.gather(-1, cols.clamp(max=v - 1)).to(torch.float64).clamp(min=0) * inside
+    # the remaining mass inside the chosen block, renormalised to a fresh uniform-like position
+    mass = chunk.sum(-1)
+    frac = ((t - before) / mass.clamp(min=torch.finfo(torch.float64).tiny)).clamp(0.0, 1.0 - 1e-16)
+    frac = torch.where(mass > 0, frac, torch.zeros_like(frac))
+    local = _inverse_cdf_flat(chunk, frac)
+    idx = start + local
+    no_mass = bcdf[:, -1] <= 0
+    if bool(no_mass.any()):
+        idx = torch.where(no_mass, torch.full_like(idx, v - 1), idx)
+    return idx
+
+
+def _inverse_cdf_flat(probs: Tensor, u: Tensor) -> Tensor:
+    """`sample_inverse_cdf` with one float64 cumsum over the whole row (small vocabularies, single blocks)."""
     cdf = probs.to(torch.float64).clamp(min=0.0).cumsum(-1)
     t = (u.to(torch.float64) * cdf[:, -1]).unsqueeze(-1)
-    idx = torch.searchsorted(cdf, t, right=True).squeeze(-1)
-    # Guard against rounding pushing t onto the total: never go past the last token with mass.
     v = probs.shape[-1]
-    last_nonzero = v - 1 - (probs > 0).flip(-1).to(torch.long).argmax(-1)
-    return torch.minimum(idx, last_nonzero)
+    idx = torch.searchsorted(cdf, t, right=True).squeeze(-1).clamp(max=v - 1)
+    # Rounding can push t onto the total (past the last token with mass): only then (rare, or a row without
+    # mass) look for the last token with mass, so the common case is one cumsum and one binary search.
+    bad = probs.gather(-1, idx.unsqueeze(-1)).squeeze(-1) <= 0
+    if bool(bad.any()):
+        last_nonzero = v - 1 - (probs[bad] > 0).flip(-1).to(torch.long).argmax(-1)
+        idx = idx.clone()
+        idx[bad] = torch.minimum(idx[bad], last_nonzero)
+    return idx
 
 
 def finish_stochastic(

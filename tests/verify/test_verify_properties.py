@@ -305,3 +305,26 @@ def test_sample_inverse_cdf_skips_zero_mass_and_handles_edges():
     tok = sample_inverse_cdf(probs, u)
     assert tok[:4].tolist() == [1, 1, 3, 3]
     assert 0 <= tok[4] < 5
+
+
+@pytest.mark.parametrize("v", [1024, 1000 + 3 * 256, 151936])
+def test_blocked_inverse_cdf_picks_the_flat_cdf_token(v):
+    """The two-level sampler (large vocabularies) returns exactly the token of one float64 cumsum."""
+    from relaxspec.verify.base import _CDF_BLOCK, _inverse_cdf_flat
+
+    g = torch.Generator().manual_seed(v)
+    b = 64
+    probs = torch.softmax(torch.randn(b, v, generator=g) * 4, -1)
+    probs[probs < 1e-5] = 0.0  # many zero-mass tokens
+    probs[1, : v - 1] = 0.0  # all mass on the last token
+    probs[2] = 0.0  # no mass at all
+    probs[3, _CDF_BLOCK : 3 * _CDF_BLOCK] = 0.0  # whole empty blocks
+    probs[4] = 0.0
+    probs[4, [5, v - 2]] = torch.tensor([1e-12, 3.0])  # unnormalised, mass in two distant blocks
+    u = torch.rand(b, generator=g, dtype=torch.float64)
+    u[5], u[6], u[7] = 0.0, 1 - 1e-16, 0.5
+    got, want = sample_inverse_cdf(probs, u), _inverse_cdf_flat(probs, u)
+    assert torch.equal(got, want)
+    assert got[1] == v - 1 and got[2] == v - 1 and got[4] == v - 2
+    has_mass = probs.sum(-1) > 0
+    assert bool((probs.gather(-1, got[:, None]).squeeze(-1)[has_mass] > 0).all())  # never a zero-mass token
