@@ -123,13 +123,20 @@ class _Rows:
 
 
 def _prefill(models: Sequence[CausalLM], states: Sequence[CacheState], prompts: Sequence[Sequence[int]]) -> Tensor:
-    """Feed every prompt but its last token (left-padded) to each model; return the last tokens [B]."""
+    """Feed every prompt but its last token (left-padded) to each model; return the last tokens [B].
+
+    On CPU a batch is prefilled row by row and the caches are left-padded afterwards (`CausalLM.prefill_rows`);
+    on GPU as one padded batch.
+    """
     if any(len(p) == 0 for p in prompts):
         raise ValueError("empty prompt: every request needs at least one token")
     b = len(prompts)
     width = max(len(p) for p in prompts) - 1
     device = models[0].device
-    if width > 0:
+    if width > 0 and b > 1 and device.type == "cpu":  # compute-bound: padding is pure waste (lm.prefill_rows)
+        for model, state in zip(models, states, strict=True):
+            model.prefill_rows(state, [list(p[:-1]) for p in prompts])
+    elif width > 0:
         ids = torch.zeros(b, width, dtype=torch.long)
         valid = torch.zeros(b, width, dtype=torch.bool)
         for i, p in enumerate(prompts):

@@ -83,6 +83,44 @@ class CausalLM:
         logits = self.head(hidden).float()
         return logits, hidden
 
+    @torch.no_grad()
+    def prefill_rows(self, state: CacheState, rows: list[list[int]]) -> None:
+        """Prefill an empty ``state`` row by row, then left-pad the caches into one batch.
+
+        Computes exactly what `forward` on the left-padded batch computes (padding slots are invalid and never
+        attended to), without the padding's compute and with batch-1 kernels: on a compute-bound CPU a padded
+        batch prefill costs B x max_len tokens instead of sum(len), and its per-token throughput is lower.
+        Rows may be empty (all-padding rows).
+        """
+        if state.valid.shape[1] != 0:
+            raise ValueError("prefill_rows needs an empty cache state")
+        width = max(len(r) for r in rows)
+        if width == 0:
+            return
+        singles: list[CacheState | None] = []
+        for r in rows:
+            if not r:
+                singles.append(None)
+                continue
+            st = self.new_state(1)
+            self.forward(st, torch.tensor([r], dtype=torch.long), None, keep=0)
+            singles.append(st)
+        ref = next(st for st in singles if st is not None)
+        for li, layer in enumerate(ref.cache.layers):
+            parts: dict[str, list[Tensor]] = {"keys": [], "values": []}
+            for st in singles:
+                for name in parts:
+                    t = getattr(layer, name) if st is None else getattr(st.cache.layers[li], name)
+                    if st is None:
+                        t = t.new_zeros(1, t.shape[1], width, t.shape[3])
+                    parts[name].append(torch.nn.functional.pad(t, (0, 0, width - t.shape[2], 0)))
+            state.cache.update(torch.cat(parts["keys"]), torch.cat(parts["values"]), li)
+        valid = torch.zeros(len(rows), width, dtype=torch.bool, device=self.device)
+        for i, r in enumerate(rows):
+            if r:
+                valid[i, width - len(r) :] = True
+        state.valid = valid
+
     @staticmethod
     def invalidate(state: CacheState, row_slots: Tensor) -> None:
         """Mark slots invalid: ``row_slots[B, S]`` bool (True = drop), aligned with ``state.valid``."""

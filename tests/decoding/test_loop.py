@@ -147,3 +147,29 @@ def test_stop_strings_and_eos_cut_rows(tiny_pair):
     assert cut[0].finish_reason == "stop"
     assert stop_str in tiny_pair.tokenizer.decode(cut[0].tokens, skip_special_tokens=True)
     assert len(cut[0].tokens) <= 8
+
+
+def test_row_by_row_prefill_equals_the_padded_batch(tiny_pair):
+    """CPU prefill: each row alone, caches left-padded afterwards == one left-padded batch forward."""
+    lm = CausalLM(tiny_pair.target)
+    rows = [p[:-1] for p in _prompts(tiny_pair, 4)] + [[]]  # different lengths and an all-padding row
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    valid = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r) :], valid[i, width - len(r) :] = torch.tensor(r), True
+    padded, per_row = lm.new_state(len(rows)), lm.new_state(len(rows))
+    lm.forward(padded, ids, valid, keep=0)
+    lm.prefill_rows(per_row, rows)
+    assert torch.equal(padded.valid, per_row.valid) and per_row.cache.get_seq_length() == width
+    for a, b in zip(padded.cache.layers, per_row.cache.layers, strict=True):
+        m = padded.valid[:, None, :, None]
+        torch.testing.assert_close(a.keys * m, b.keys * m, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(a.values * m, b.values * m, atol=1e-5, rtol=1e-4)
+    nxt = torch.tensor([[3], [4], [5], [6], [7]])
+    la, _ = lm.forward(padded, nxt)
+    lb, _ = lm.forward(per_row, nxt)
+    torch.testing.assert_close(la, lb, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="empty cache"):
+        lm.prefill_rows(per_row, rows)
