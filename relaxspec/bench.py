@@ -3,7 +3,8 @@
     python -m relaxspec.bench                       # embedded pair, HumanEval + GSM8K prompts
     python -m relaxspec.bench --pair tiny --prompts 2 --max-new-tokens 16 --reps 1   # CI smoke
 
-Rows (each on the same prompts, interleaved per repetition so machine drift cancels):
+Rows (each on the same prompts; every batch-1 row runs prompt i, in a rotated order, before any row
+runs prompt i+1, and batched AR/SD alternate per chunk, so machine drift cancels):
 HF ``generate`` AR, HF assisted generation (same draft, same k, constant schedule) on relaxspec's CPU backends
 and (``--hf-stock``, default) on a second copy of the pair with stock eager fp32 kernels, relaxspec AR, relaxspec SD
 (greedy and T=1), static ensemble and DIVERSED (untrained head unless ``--head``), at batch sizes 1, 4 and 8
@@ -166,25 +167,37 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         methods[m].generate(prompts[:1], params=SamplingParams(t), max_new_tokens=[8], stopper=stop)
     for _, kind, hp in hf_rows:
         hf_generate(kind, prompts[0], hp)
+    def run_relaxspec(label: str, m: str, temp: float, start: int, bs: int, gen: torch.Generator) -> None:
+        batch = prompts[start : start + bs]
+        t0 = time.perf_counter()
+        outs, _ = methods[m].generate(batch, params=SamplingParams(temp), generator=gen,
+                                      max_new_tokens=[args.max_new_tokens] * len(batch), stopper=stop)
+        dt = time.perf_counter() - t0
+        record(label, sum(len(o.tokens) for o in outs), dt, sum(o.stats.target_calls for o in outs))
+        for j, o in enumerate(outs):
+            outputs[(label, start + j)] = o.tokens
+
+    # Interleaving (machine drift cancels): every batch-1 row runs prompt i before any row runs prompt i+1, in
+    # an order rotated per prompt; batched rows alternate AR / SD per chunk of prompts.
+    singles = [(label, ("hf", kind, hp)) for label, kind, hp in hf_rows]
+    singles += [(label, ("rs", m, temp)) for label, m, temp, bs in rows if bs == 1]
     for rep in range(args.reps):
         gen = torch.Generator().manual_seed(rep)
-        order = rows if rep % 2 == 0 else rows[::-1]
-        for label, kind, hp in hf_rows:
-            for i, p in enumerate(prompts):
-                t0 = time.perf_counter()
-                toks = hf_generate(kind, p, hp)
-                record(label, len(toks), time.perf_counter() - t0)
-                outputs[(label, i)] = toks
-        for label, m, temp, bs in order:
-            for start in range(0, len(prompts), bs):
-                batch = prompts[start : start + bs]
-                t0 = time.perf_counter()
-                outs, _ = methods[m].generate(batch, params=SamplingParams(temp), generator=gen,
-                                              max_new_tokens=[args.max_new_tokens] * len(batch), stopper=stop)
-                dt = time.perf_counter() - t0
-                record(label, sum(len(o.tokens) for o in outs), dt, sum(o.stats.target_calls for o in outs))
-                for j, o in enumerate(outs):
-                    outputs[(label, start + j)] = o.tokens
+        for i, p in enumerate(prompts):
+            shift = (i + rep) % len(singles)
+            for label, (src, a, b) in singles[shift:] + singles[:shift]:
+                if src == "hf":
+                    t0 = time.perf_counter()
+                    toks = hf_generate(a, p, b)
+                    record(label, len(toks), time.perf_counter() - t0)
+                    outputs[(label, i)] = toks
+                else:
+                    run_relaxspec(label, a, b, i, 1, gen)
+        for bs in sorted({r[3] for r in rows if r[3] > 1}):
+            group = [r for r in rows if r[3] == bs]
+            for c, start in enumerate(range(0, len(prompts), bs)):
+                for label, m, temp, _ in group if (c + rep) % 2 == 0 else group[::-1]:
+                    run_relaxspec(label, m, temp, start, bs, gen)
     costs = measure_costs(pair, k + 1, reps=args.cost_reps)
     scaling = batch_scaling(pair, k, args.batch_sizes, reps=args.cost_reps) if len(args.batch_sizes) > 1 else None
     reference = {i: outputs[("relaxspec AR b1", i)] for i in range(len(prompts))}
