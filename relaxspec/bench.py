@@ -167,6 +167,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         methods[m].generate(prompts[:1], params=SamplingParams(t), max_new_tokens=[8], stopper=stop)
     for _, kind, hp in hf_rows:
         hf_generate(kind, prompts[0], hp)
+
     def run_relaxspec(label: str, m: str, temp: float, start: int, bs: int, gen: torch.Generator) -> None:
         batch = prompts[start : start + bs]
         t0 = time.perf_counter()
@@ -296,6 +297,10 @@ def main(argv: list[str] | None = None) -> int:
                          "kernels, as plain transformers runs it (default: on)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if 1 not in args.batch_sizes or min(args.batch_sizes) < 1:
+        ap.error("--batch-sizes must include 1 (the reference for outputs and speedups) and be >= 1")
+    if min(args.prompts, args.max_new_tokens, args.reps, args.cost_reps, args.k) < 1:
+        ap.error("--prompts, --max-new-tokens, --reps, --cost-reps and --k must be >= 1")
     out = Path(args.out or f"outputs/bench/{time.strftime('%Y-%m-%d_%H-%M-%S')}")
     res = run_bench(args)
     write_report(res, out)
