@@ -257,16 +257,17 @@ def sample_inverse_cdf(probs: Tensor, u: Tensor) -> Tensor:
     bsum = torch.cat(sums, dim=1) if len(sums) > 1 else sums[0]  # [B, nb]
     bcdf = bsum.cumsum(-1)
     t = u.to(torch.float64) * bcdf[:, -1]
-    blk_idx = torch.searchsorted(bcdf, t.unsqueeze(-1), right=True).squeeze(-1).clamp(max=bsum.shape[1] - 1)
-    # step back over empty blocks rounding may land on (t == the running total)
-    while True:
-        empty = (bsum.gather(-1, blk_idx.unsqueeze(-1)).squeeze(-1) <= 0) & (blk_idx > 0)
-        if not bool(empty.any()):
-            break
-        blk_idx = torch.where(empty, blk_idx - 1, blk_idx)
+    nb = bsum.shape[1]
+    # right=True lands on a block with mass, except when rounding puts t on the total (past the last block with
+    # mass, clamped into trailing empty blocks): only then, as in `_inverse_cdf_flat`, take the last block with mass
+    blk_idx = torch.searchsorted(bcdf, t.unsqueeze(-1), right=True).squeeze(-1).clamp(max=nb - 1)
+    empty = bsum.gather(-1, blk_idx.unsqueeze(-1)).squeeze(-1) <= 0
+    if bool(empty.any()):
+        last_with_mass = nb - 1 - (bsum > 0).flip(-1).to(torch.long).argmax(-1)
+        blk_idx = torch.where(empty, last_with_mass, blk_idx)
     before = bcdf.gather(-1, blk_idx.unsqueeze(-1)).squeeze(-1) - bsum.gather(-1, blk_idx.unsqueeze(-1)).squeeze(-1)
     start = blk_idx * blk
-    cols = start.unsqueeze(-1) + torch.arange(blk, device=probs.device)
+    cols = start.unsqueeze(-1) + torch.arange(blk, device=probs.device)  # the chosen block's columns
     inside = cols < v
     chunk = probs.gather(-1, cols.clamp(max=v - 1)).to(torch.float64).clamp(min=0) * inside
     # the remaining mass inside the chosen block, renormalised to a fresh uniform-like position
