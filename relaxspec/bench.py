@@ -89,16 +89,18 @@ def measure_costs(pair, k_max: int, prefill: int = 128, reps: int = 5, batch: in
     }
 
 
-def batch_scaling(pair, k: int, batch_sizes: list[int], reps: int = 3) -> dict[str, Any]:
+def batch_scaling(pair, k: int, batch_sizes: list[int], reps: int = 3,
+                  measured: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Per-forward costs at each batch size and what they allow, at equal tau, relative to batch 1.
 
     ``ar_scaling[B]`` = B * T_t(1, 1) / T_t(B, 1) (AR tokens/s at B over B=1); ``sd_round_scaling[B]`` =
     B * R(1) / R(B) with the round cost R(B) = k * T_d(B, 1) + T_t(B, k+1): the most SD at batch B can gain over
-    B=1 if tau were the same and nothing but the forwards cost time.
+    B=1 if tau were the same and nothing but the forwards cost time. ``measured`` holds `measure_costs` results
+    already taken (by batch size, with at least k+1 target lengths), which are reused instead of measured again.
     """
     out: dict[str, Any] = {"batch_sizes": list(batch_sizes), "target_1_ms": {}, "target_k1_ms": {}, "draft_1_ms": {}}
     for b in batch_sizes:
-        c = measure_costs(pair, k + 1, reps=reps, batch=b)
+        c = (measured or {}).get(b) or measure_costs(pair, k + 1, reps=reps, batch=b)
         out["target_1_ms"][b], out["target_k1_ms"][b] = c["target_ms"][0], c["target_ms"][k]
         out["draft_1_ms"][b] = c["draft_ms"]
     r = {b: k * out["draft_1_ms"][b] + out["target_k1_ms"][b] for b in batch_sizes}
@@ -200,7 +202,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
                 for label, m, temp, _ in group if (c + rep) % 2 == 0 else group[::-1]:
                     run_relaxspec(label, m, temp, start, bs, gen)
     costs = measure_costs(pair, k + 1, reps=args.cost_reps)
-    scaling = batch_scaling(pair, k, args.batch_sizes, reps=args.cost_reps) if len(args.batch_sizes) > 1 else None
+    scaling = (batch_scaling(pair, k, args.batch_sizes, reps=args.cost_reps, measured={1: costs})
+               if len(args.batch_sizes) > 1 else None)
     reference = {i: outputs[("relaxspec AR b1", i)] for i in range(len(prompts))}
     for label, r in results.items():
         r["tokens_per_s"] = r["tokens"] / r["seconds"] if r["seconds"] else None

@@ -60,7 +60,7 @@ def _timed(fn: Any, acc: dict[str, float], key: Any) -> Any:
 
 @contextlib.contextmanager
 def instrument(target: CausalLM, draft: CausalLM | None) -> Iterator[dict[str, float]]:
-    """Accumulate per-component seconds while active (forwards split by model; prefill kept apart)."""
+    """Accumulate per-component seconds while active (forwards split by model; prefill forwards left out)."""
     acc: dict[str, float] = defaultdict(float)
     names = {id(target): "forward_target"}
     if draft is not None:
@@ -72,14 +72,12 @@ def instrument(target: CausalLM, draft: CausalLM | None) -> Iterator[dict[str, f
     def fwd_key(self: CausalLM, *a: Any) -> str | None:
         return None if in_prefill[0] else names.get(id(self))
 
-    def prefill(*a: Any, **kw: Any) -> Any:
+    def prefill(*a: Any, **kw: Any) -> Any:  # its forwards are not round time (the loop's BatchTiming has it)
         in_prefill[0] = True
-        t0 = time.perf_counter()
         try:
             return saved_mod["_prefill"](*a, **kw)
         finally:
             in_prefill[0] = False
-            acc["prefill"] += time.perf_counter() - t0
 
     try:
         gen_mod.probs = _timed(saved_mod["probs"], acc, "probs")

@@ -106,15 +106,14 @@ class CausalLM:
             self.forward(st, torch.tensor([r], dtype=torch.long), None, keep=0)
             singles.append(st)
         ref = next(st for st in singles if st is not None)
-        for li, layer in enumerate(ref.cache.layers):
-            parts: dict[str, list[Tensor]] = {"keys": [], "values": []}
-            for st in singles:
-                for name in parts:
-                    t = getattr(layer, name) if st is None else getattr(st.cache.layers[li], name)
-                    if st is None:
-                        t = t.new_zeros(1, t.shape[1], width, t.shape[3])
-                    parts[name].append(torch.nn.functional.pad(t, (0, 0, width - t.shape[2], 0)))
-            state.cache.update(torch.cat(parts["keys"]), torch.cat(parts["values"]), li)
+        for li, ref_layer in enumerate(ref.cache.layers):
+            padded: dict[str, Tensor] = {}
+            for name in ("keys", "values"):
+                shape = getattr(ref_layer, name).shape  # [1, heads, len, dim]
+                empty = getattr(ref_layer, name).new_zeros(1, shape[1], width, shape[3])
+                rows_t = [empty if st is None else getattr(st.cache.layers[li], name) for st in singles]
+                padded[name] = torch.cat([torch.nn.functional.pad(t, (0, 0, width - t.shape[2], 0)) for t in rows_t])
+            state.cache.update(padded["keys"], padded["values"], li)
         valid = torch.zeros(len(rows), width, dtype=torch.bool, device=self.device)
         for i, r in enumerate(rows):
             if r:

@@ -377,17 +377,20 @@ class Harness:
             log.warning("fidelity: no autoregressive method (rule: null) in this run, so no ROUGE-L against the "
                         "target's own answer (add ar to methods=[...]); target NLL only")
         by_key = {(r.get("id"), r.get("method")): r for r in records}
-        todo = [r for r in records if r.get("id") in self.index and "target_nll" not in r.get("scores", {})]
+        todo: dict[str, list[dict[str, Any]]] = {}  # example id -> its records without fidelity yet
+        for r in records:
+            if r.get("id") in self.index and "target_nll" not in r.get("scores", {}):
+                todo.setdefault(r["id"], []).append(r)
         if not todo:
             return
         examples = {ex["id"]: ex for ex in self.all_examples}
         t0 = time.perf_counter()
         from tqdm.auto import tqdm
 
-        for ex_id in tqdm(list(dict.fromkeys(r["id"] for r in todo)), desc="fidelity", unit="ex"):
+        for ex_id, ex_records in tqdm(todo.items(), desc="fidelity", unit="ex"):
             ex = examples[ex_id]
             ref_rec = by_key.get((ex_id, ref)) if ref is not None else None
-            for r in (r for r in todo if r["id"] == ex_id):
+            for r in ex_records:
                 completions = [t["completion"] for t in r["turns"]]
                 extra: dict[str, float] = {}
                 nll_sum, n_tok = 0.0, 0
@@ -406,7 +409,7 @@ class Harness:
                 r["scores"] = {**r.get("scores", {}), **extra}
             atomic_write_text(self.merged_path, "".join(json.dumps(x, default=str, ensure_ascii=False) + "\n"
                                                         for x in records))
-        log.info("fidelity of %d records: %.1f s", len(todo), time.perf_counter() - t0)
+        log.info("fidelity of %d records: %.1f s", sum(map(len, todo.values())), time.perf_counter() - t0)
 
     def rank_files(self) -> list[Path]:
         return sorted(self.out.glob("samples.rank*.jsonl"))
